@@ -1,0 +1,86 @@
+"""Where the database is: an external PostgreSQL by URL, or an embedded one (pgserver) on disk."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+EMBEDDED_DATABASE = "tickler"
+
+_embedded_servers: dict[Path, Any] = {}
+_embedded_lock = threading.Lock()
+
+
+def sqlalchemy_url(url: str) -> str:
+    """The URL with the psycopg 3 driver, whatever spelling (`postgres://`, `postgresql://`) it came in."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgres", "postgresql", "postgresql+psycopg"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    else:
+        raise ValueError(f"not a PostgreSQL URL: {parsed.drivername}://...")
+    return parsed.render_as_string(hide_password=False)
+
+
+def libpq_url(url: str) -> str:
+    """The same URL as libpq (and so plain psycopg) spells it."""
+    parsed = make_url(sqlalchemy_url(url)).set(drivername="postgresql")
+    return parsed.render_as_string(hide_password=False)
+
+
+def start_embedded(data_dir: Path) -> str:
+    """Start (or join) the embedded PostgreSQL under `data_dir`; return the URL of tickler's database.
+
+    pgserver counts the processes holding a server: `tickler serve` and a `tickler token create`
+    run beside it share one server, and the last one to exit stops it. Data stays on disk.
+    """
+    import pgserver
+
+    data_dir = data_dir.expanduser().resolve()
+    with _embedded_lock:
+        server = _embedded_servers.get(data_dir)
+        if server is None:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            with warnings.catch_warnings():
+                # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver then uses /tmp, which is fine.
+                warnings.simplefilter("ignore")
+                server = pgserver.get_server(data_dir / "pgdata", cleanup_mode="stop")
+            _embedded_servers[data_dir] = server
+    admin_url = server.get_uri()
+    _ensure_database(admin_url, EMBEDDED_DATABASE)
+    return str(server.get_uri(EMBEDDED_DATABASE))
+
+
+def _ensure_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if exists:
+            return
+        try:
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+        except psycopg.errors.DuplicateDatabase:
+            pass  # another tickler process created it at the same moment
+
+
+def resolve_database_url(database_url: str, data_dir: Path) -> str:
+    """The database to use: `database_url` when given, else the embedded one (started if needed)."""
+    if database_url:
+        return sqlalchemy_url(database_url)
+    return sqlalchemy_url(start_embedded(data_dir))
+
+
+def create_engine(url: str, *, pool_size: int = 10) -> sa.Engine:
+    """An engine for tickler's store. Callers build it at start-up (never at import time)."""
+    return sa.create_engine(
+        sqlalchemy_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=3600,
+        connect_args={"application_name": "tickler"},
+    )

@@ -1,0 +1,109 @@
+"""Apply the numbered SQL files in `migrations/`, once each, recorded in a ledger table.
+
+A run holds a session advisory lock, so concurrent runs (N workers starting at once) queue up
+and all but the first find nothing left to do. Each file runs in its own transaction together
+with its ledger row: a file is applied entirely or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import psycopg
+import structlog
+
+from scheduler.db import libpq_url
+
+log = structlog.get_logger(__name__)
+
+# pg_advisory_lock key for migration runs: the first 8 bytes of sha256("tickler.migrate").
+MIGRATION_LOCK_KEY = int.from_bytes(hashlib.sha256(b"tickler.migrate").digest()[:8], "big", signed=True)
+
+_FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+_LEDGER_DDL = """
+CREATE TABLE IF NOT EXISTS tickler_migration (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    checksum    text NOT NULL,
+    applied_on  timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+class MigrationError(RuntimeError):
+    """The database's history does not match the migration files."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def available_migrations() -> list[Migration]:
+    """Every migration file shipped with tickler, in order."""
+    found = []
+    for entry in resources.files("migrations").iterdir():
+        match = _FILE_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise MigrationError(f"two migration files share a number: {versions}")
+    return found
+
+
+def _applied(conn: psycopg.Connection) -> dict[int, str]:
+    exists = conn.execute("SELECT to_regclass('tickler_migration') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return {}
+    return dict(conn.execute("SELECT version, checksum FROM tickler_migration").fetchall())
+
+
+def _check_history(applied: dict[int, str], migrations: list[Migration]) -> list[Migration]:
+    known = {m.version: m for m in migrations}
+    for version, checksum in applied.items():
+        migration = known.get(version)
+        if migration is None:
+            raise MigrationError(f"the database has migration {version}, which this tickler does not know (newer?)")
+        if migration.checksum != checksum:
+            raise MigrationError(f"migration {version}_{migration.name} was changed after it was applied")
+    return [m for m in migrations if m.version not in applied]
+
+
+def pending_migrations(url: str) -> list[Migration]:
+    """Migrations not yet applied to the database at `url` (raises MigrationError on a mismatch)."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        return _check_history(_applied(conn), available_migrations())
+
+
+def migrate(url: str) -> list[Migration]:
+    """Apply every pending migration; return those this call applied."""
+    migrations = available_migrations()
+    applied_now: list[Migration] = []
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+        try:
+            conn.execute(_LEDGER_DDL)
+            for migration in _check_history(_applied(conn), migrations):
+                with conn.transaction():
+                    conn.execute(migration.sql.encode())
+                    conn.execute(
+                        "INSERT INTO tickler_migration (version, name, checksum) VALUES (%s, %s, %s)",
+                        [migration.version, migration.name, migration.checksum],
+                    )
+                log.info("migration_applied", version=migration.version, name=migration.name)
+                applied_now.append(migration)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
+    return applied_now

@@ -1,0 +1,125 @@
+"""The values the store hands out: events, queues, timeline entries, principals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.engine import RowMapping
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    queue: str
+    item_key: str
+    group_key: str | None
+    schedule_on: datetime
+    data: dict[str, Any]
+    status: str
+    enqueued_on: datetime
+    enqueued_by: str
+    dequeued_on: datetime | None
+    dequeued_by: str | None
+    claimed_on: datetime | None
+    claimed_by: str | None
+    redeliver_count: int
+    max_attempts: int
+    last_error: str | None
+    version: int
+    lease_id: str | None = None
+    lease_expires_on: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> Event:
+        return cls(
+            id=row["id"],
+            queue=row["queue"],
+            item_key=row["item_key"],
+            group_key=row["group_key"],
+            schedule_on=row["schedule_on"],
+            data=row["data"],
+            status=row["status"],
+            enqueued_on=row["enqueued_on"],
+            enqueued_by=row["enqueued_by"],
+            dequeued_on=row["dequeued_on"],
+            dequeued_by=row["dequeued_by"],
+            claimed_on=row["claimed_on"],
+            claimed_by=row["claimed_by"],
+            redeliver_count=row["redeliver_count"],
+            max_attempts=row["max_attempts"],
+            last_error=row["last_error"],
+            version=row["version"],
+            lease_id=str(row["lease_id"]) if row["lease_id"] is not None else None,
+            lease_expires_on=row["lease_expires_on"],
+        )
+
+    @property
+    def is_open(self) -> bool:
+        return self.dequeued_on is None
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    at: datetime
+    action: str
+    actor: str
+    event_id: int
+    schedule_on: datetime | None
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Queue:
+    name: str
+    delivery_mode: str
+    webhook_url: str | None
+    webhook_timeout_seconds: float | None
+    signing_secret: str | None
+    previous_signing_secret: str | None
+    previous_secret_until: datetime | None
+    lease_seconds: float
+    max_attempts: int
+    backoff_initial_seconds: float
+    backoff_max_seconds: float
+    backoff_multiplier: float
+    created_on: datetime
+    updated_on: datetime
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> Queue:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a client service, the queues it may use, and whether it is an admin."""
+
+    name: str
+    is_admin: bool
+    queues: frozenset[str]
+
+    def can_use(self, queue: str) -> bool:
+        return self.is_admin or queue in self.queues
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event as a client asks for it, already checked against the rules."""
+
+    item_key: str
+    data: dict[str, Any]
+    group_key: str | None = None
+    schedule_on: datetime | None = None
+    delay_seconds: float | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """What happened to one requested event: created, ignored, replaced or rejected."""
+
+    item_key: str
+    outcome: str
+    id: int | None

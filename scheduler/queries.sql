@@ -1,0 +1,290 @@
+-- Every runtime query of tickler, by name. Loaded once by scheduler/sql.py.
+-- Conventions:
+--   * `:now` is the time to act at; NULL means the database clock (now()). Tests bind it to move
+--     the clock; production code leaves it NULL, so time never comes from a worker's clock.
+--   * Every statement that changes an event writes its timeline entry in the same statement
+--     (a data-modifying CTE), so no change can happen without its history.
+--   * Statements that return events return whole rows plus `status` (tickler_status()).
+
+-- name: schedule_events
+-- Insert events from a JSON array; keys that already have an open event are left alone.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+incoming AS (
+    SELECT * FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS x(
+        ord integer, item_key text COLLATE "C", group_key text COLLATE "C",
+        schedule_on timestamptz, delay_seconds double precision, data jsonb, max_attempts integer)
+),
+inserted AS (
+    INSERT INTO tickler_event AS e
+        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts)
+    SELECT :queue, i.item_key, i.group_key,
+           coalesce(i.schedule_on, clock.now + make_interval(secs => coalesce(i.delay_seconds, 0))),
+           coalesce(i.data, '{}'), clock.now, :actor, coalesce(i.max_attempts, :default_max_attempts)
+    FROM incoming AS i CROSS JOIN clock
+    ORDER BY i.ord
+    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO NOTHING
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT queue, item_key, id, enqueued_on, 'enqueued', enqueued_by, schedule_on,
+           jsonb_strip_nulls(jsonb_build_object('group_key', group_key, 'max_attempts', max_attempts))
+    FROM inserted
+)
+SELECT i.ord, i.item_key, n.id AS id, (n.id IS NOT NULL) AS written, false AS replaced
+FROM incoming AS i LEFT JOIN inserted AS n ON n.item_key = i.item_key
+ORDER BY i.ord;
+
+-- name: schedule_events_replacing
+-- Insert events from a JSON array; an open event with the same key that is not held under a
+-- lease is replaced (same id, new schedule, data, group and max_attempts). Leased ones are left.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+incoming AS (
+    SELECT * FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS x(
+        ord integer, item_key text COLLATE "C", group_key text COLLATE "C",
+        schedule_on timestamptz, delay_seconds double precision, data jsonb, max_attempts integer)
+),
+upserted AS (
+    INSERT INTO tickler_event AS e
+        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts)
+    SELECT :queue, i.item_key, i.group_key,
+           coalesce(i.schedule_on, clock.now + make_interval(secs => coalesce(i.delay_seconds, 0))),
+           coalesce(i.data, '{}'), clock.now, :actor, coalesce(i.max_attempts, :default_max_attempts)
+    FROM incoming AS i CROSS JOIN clock
+    ORDER BY i.ord
+    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO UPDATE
+        SET group_key = excluded.group_key,
+            schedule_on = excluded.schedule_on,
+            data = excluded.data,
+            max_attempts = excluded.max_attempts,
+            version = e.version + 1
+        WHERE e.lease_id IS NULL
+    RETURNING e.*, (e.xmax <> 0) AS replaced
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT u.queue, u.item_key, u.id, clock.now,
+           CASE WHEN u.replaced THEN 'replaced' ELSE 'enqueued' END, :actor, u.schedule_on,
+           jsonb_strip_nulls(jsonb_build_object('group_key', u.group_key, 'max_attempts', u.max_attempts))
+    FROM upserted AS u CROSS JOIN clock
+)
+SELECT i.ord, i.item_key, u.id AS id, (u.id IS NOT NULL) AS written, coalesce(u.replaced, false) AS replaced
+FROM incoming AS i LEFT JOIN upserted AS u ON u.item_key = i.item_key
+ORDER BY i.ord;
+
+-- name: open_event_ids
+-- Ids of the open events with these keys (to report what a batch conflicted with).
+SELECT item_key, id FROM tickler_event
+WHERE queue = :queue AND item_key = ANY(CAST(:item_keys AS text[])) AND dequeued_on IS NULL;
+
+-- name: get_open_event
+-- The open event of a key, if any.
+SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status
+FROM tickler_event AS e
+WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL;
+
+-- name: get_latest_event
+-- The open event of a key, else its most recent one (found through the key's timeline).
+SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status
+FROM tickler_event AS e
+WHERE e.id = coalesce(
+    (SELECT id FROM tickler_event
+     WHERE queue = :queue AND item_key = :item_key AND dequeued_on IS NULL),
+    (SELECT event_id FROM tickler_timeline
+     WHERE queue = :queue AND item_key = :item_key ORDER BY id DESC LIMIT 1));
+
+-- name: get_events_by_id
+-- Events by id, in no particular order.
+SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status
+FROM tickler_event AS e
+WHERE e.id = ANY(CAST(:ids AS bigint[]));
+
+-- name: lock_open_event
+-- The open event of a key, locked for a change in this transaction, with the time to act at.
+SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, clock.now) AS status, clock.now AS db_now
+FROM tickler_event AS e
+CROSS JOIN (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now) AS clock
+WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL
+FOR UPDATE OF e;
+
+-- name: change_event
+-- Reschedule or change a locked, open, unleased event.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+changed AS (
+    UPDATE tickler_event AS e
+    SET schedule_on = :schedule_on,
+        data = CAST(:data AS jsonb),
+        group_key = :group_key,
+        version = e.version + 1
+    WHERE e.id = :id AND e.dequeued_on IS NULL AND e.lease_id IS NULL
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, clock.now, :action, :actor, c.schedule_on, CAST(:details AS jsonb)
+    FROM changed AS c CROSS JOIN clock
+)
+SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
+FROM changed AS c CROSS JOIN clock;
+
+-- name: cancel_event
+-- Cancel a locked, open, unleased event.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+changed AS (
+    UPDATE tickler_event AS e
+    SET dequeued_on = clock.now, dequeued_by = :actor, outcome = 'cancelled', version = e.version + 1
+    FROM clock
+    WHERE e.id = :id AND e.dequeued_on IS NULL AND e.lease_id IS NULL
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, c.dequeued_on, 'cancelled', c.dequeued_by, c.schedule_on,
+           jsonb_strip_nulls(jsonb_build_object('reason', CAST(:reason AS text)))
+    FROM changed AS c
+)
+SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
+FROM changed AS c CROSS JOIN clock;
+
+-- name: cancel_matching
+-- Cancel every open, unleased event of a queue with this group and/or key prefix.
+-- The prefix is a range [prefix, prefix_end) on the "C"-collated key (prefix_end NULL: no end).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+changed AS (
+    UPDATE tickler_event AS e
+    SET dequeued_on = clock.now, dequeued_by = :actor, outcome = 'cancelled', version = e.version + 1
+    FROM clock
+    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL
+      AND (CAST(:group_key AS text) IS NULL OR e.group_key = CAST(:group_key AS text))
+      AND (CAST(:prefix AS text) IS NULL OR e.item_key >= CAST(:prefix AS text) COLLATE "C")
+      AND (CAST(:prefix_end AS text) IS NULL OR e.item_key < CAST(:prefix_end AS text) COLLATE "C")
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, c.dequeued_on, 'cancelled', c.dequeued_by, c.schedule_on,
+           jsonb_strip_nulls(jsonb_build_object('reason', CAST(:reason AS text), 'bulk', true))
+    FROM changed AS c
+)
+SELECT count(*) AS cancelled FROM changed;
+
+-- name: expire_leases
+-- End leases whose time is up (optionally only in one queue, or for one key): the events are
+-- claimable again and the attempt counts as a redelivery; an event whose last allowed attempt
+-- it was is finished as dead.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+expired AS (
+    SELECT e.id, e.lease_id, e.claimed_by, e.lease_expires_on,
+           (e.redeliver_count + 1 >= e.max_attempts) AS exhausted
+    FROM tickler_event AS e CROSS JOIN clock
+    WHERE e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.lease_expires_on <= clock.now
+      AND (CAST(:queue AS text) IS NULL OR e.queue = CAST(:queue AS text))
+      AND (CAST(:item_key AS text) IS NULL OR e.item_key = CAST(:item_key AS text) COLLATE "C")
+    FOR UPDATE OF e SKIP LOCKED
+),
+changed AS (
+    UPDATE tickler_event AS e
+    SET lease_id = NULL,
+        lease_expires_on = NULL,
+        redeliver_count = CASE WHEN x.exhausted THEN e.redeliver_count ELSE e.redeliver_count + 1 END,
+        last_error = 'lease expired',
+        dequeued_on = CASE WHEN x.exhausted THEN clock.now END,
+        dequeued_by = CASE WHEN x.exhausted THEN :actor END,
+        outcome = CASE WHEN x.exhausted THEN 'dead' END,
+        version = e.version + 1
+    FROM expired AS x CROSS JOIN clock
+    WHERE e.id = x.id
+    RETURNING e.*, x.lease_id AS old_lease_id, x.claimed_by AS old_claimed_by,
+              x.lease_expires_on AS old_lease_expires_on, x.exhausted
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, clock.now, a.action, :actor, c.schedule_on, a.details
+    FROM changed AS c CROSS JOIN clock
+    CROSS JOIN LATERAL (VALUES
+        (1, 'lease_expired', jsonb_build_object(
+            'lease_id', c.old_lease_id, 'claimed_by', c.old_claimed_by,
+            'expired_at', c.old_lease_expires_on)),
+        (2, 'dead', jsonb_build_object('reason', 'attempts exhausted', 'attempts', c.redeliver_count + 1))
+    ) AS a (step, action, details)
+    WHERE a.step = 1 OR c.exhausted
+    ORDER BY c.id, a.step
+)
+SELECT c.id, c.queue, c.exhausted FROM changed AS c;
+
+-- name: timeline
+-- Every timeline entry of a key, across all its events, oldest first.
+SELECT at, action, actor, event_id, schedule_on, details
+FROM tickler_timeline
+WHERE queue = :queue AND item_key = :item_key
+ORDER BY id;
+
+-- name: queue_state_counts
+-- Events per state of a queue, from the trigger-kept counters (no scan of events).
+SELECT state, sum(n)::bigint AS n FROM tickler_queue_count WHERE queue = :queue GROUP BY state;
+
+-- name: queue_live_counts
+-- The time-dependent counts of a queue: events under a live lease, and open events whose time
+-- has come (due) that are not under a live lease. Both read only open events, through indexes.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
+SELECT
+    (SELECT count(*) FROM tickler_event AS e, clock
+     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL
+       AND e.lease_expires_on > clock.now) AS in_flight,
+    (SELECT count(*) FROM tickler_event AS e, clock
+     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.schedule_on <= clock.now
+       AND NOT coalesce(e.lease_expires_on > clock.now, false)) AS due;
+
+-- name: upsert_queue
+-- Create a queue or change its settings; `created` tells which.
+INSERT INTO tickler_queue AS q (
+    name, delivery_mode, webhook_url, webhook_timeout_seconds, signing_secret,
+    lease_seconds, max_attempts, backoff_initial_seconds, backoff_max_seconds, backoff_multiplier)
+VALUES (
+    :name, :delivery_mode, :webhook_url, :webhook_timeout_seconds, :signing_secret,
+    :lease_seconds, :max_attempts, :backoff_initial_seconds, :backoff_max_seconds, :backoff_multiplier)
+ON CONFLICT (name) DO UPDATE SET
+    delivery_mode = excluded.delivery_mode,
+    webhook_url = excluded.webhook_url,
+    webhook_timeout_seconds = excluded.webhook_timeout_seconds,
+    -- a rotated secret keeps signing beside the new one for a day, so receivers can switch over
+    previous_signing_secret = CASE
+        WHEN q.signing_secret IS DISTINCT FROM excluded.signing_secret THEN q.signing_secret
+        ELSE q.previous_signing_secret END,
+    previous_secret_until = CASE
+        WHEN q.signing_secret IS DISTINCT FROM excluded.signing_secret AND q.signing_secret IS NOT NULL
+            THEN now() + interval '24 hours'
+        ELSE q.previous_secret_until END,
+    signing_secret = excluded.signing_secret,
+    lease_seconds = excluded.lease_seconds,
+    max_attempts = excluded.max_attempts,
+    backoff_initial_seconds = excluded.backoff_initial_seconds,
+    backoff_max_seconds = excluded.backoff_max_seconds,
+    backoff_multiplier = excluded.backoff_multiplier,
+    updated_on = now()
+RETURNING q.*, (q.xmax = 0) AS created;
+
+-- name: get_queue
+-- One queue's settings.
+SELECT * FROM tickler_queue WHERE name = :name;
+
+-- name: get_queue_for_update
+-- One queue's settings, locked while they are changed.
+SELECT * FROM tickler_queue WHERE name = :name FOR UPDATE;
+
+-- name: list_queues
+-- Every queue (or those named), by name.
+SELECT * FROM tickler_queue
+WHERE CAST(:names AS text[]) IS NULL OR name = ANY(CAST(:names AS text[]))
+ORDER BY name;
+
+-- name: create_token
+-- Store a new token's hash.
+INSERT INTO tickler_token (principal, token_hash, is_admin, queues)
+VALUES (:principal, :token_hash, :is_admin, CAST(:queues AS text[]))
+RETURNING id;
+
+-- name: find_token
+-- The principal behind a token hash, unless revoked.
+SELECT principal, is_admin, queues FROM tickler_token
+WHERE token_hash = :token_hash AND revoked_on IS NULL;

@@ -1,0 +1,117 @@
+"""Keyset-paginated search of a queue's events, in (schedule_on, id) order.
+
+Filters are optional and combine, so this one query is built with SQLAlchemy Core (bound
+parameters only) rather than kept as a named query. Open and finished events live in
+different partial indexes; each part is read through its own index and the two are merged.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from scheduler.rules import format_timestamp, parse_rfc3339
+
+OPEN_STATUSES = frozenset({"pending", "in_flight"})
+FINISHED_STATUSES = frozenset({"delivered", "cancelled", "dead"})
+ALL_STATUSES = OPEN_STATUSES | FINISHED_STATUSES
+
+event = sa.table(
+    "tickler_event",
+    *(
+        sa.column(name)
+        for name in (
+            "id", "queue", "item_key", "group_key", "schedule_on", "data", "enqueued_on", "enqueued_by",
+            "dequeued_on", "dequeued_by", "outcome", "claimed_on", "claimed_by", "lease_id",
+            "lease_expires_on", "redeliver_count", "max_attempts", "last_error", "version",
+        )
+    ),
+)
+
+
+class BadCursor(ValueError):
+    """The cursor was not one tickler handed out."""
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    statuses: frozenset[str] = field(default_factory=lambda: ALL_STATUSES)
+    group_key: str | None = None
+    item_key_prefix: str | None = None
+    limit: int = 100
+    after: tuple[datetime, int] | None = None
+
+
+def encode_cursor(schedule_on: datetime, event_id: int) -> str:
+    raw = f"{format_timestamp(schedule_on)}|{event_id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        when, _, event_id = raw.partition("|")
+        return parse_rfc3339(when), int(event_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise BadCursor("Not a cursor from a previous page.") from None
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The smallest string after every string that starts with `prefix`, in code point order
+    (which is the "C" collation's byte order for UTF-8); None when there is none."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            nxt = last + 1
+            if 0xD800 <= nxt <= 0xDFFF:  # surrogates cannot be stored; skip past them
+                nxt = 0xE000
+            return "".join(chars) + chr(nxt)
+    return None
+
+
+def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, open_part: bool) -> sa.Select:
+    e = event.c
+    status = sa.func.tickler_status(e.outcome, e.lease_expires_on, now)
+    query = sa.select(*event.c, status.label("status")).where(e.queue == queue)
+    if open_part:
+        query = query.where(e.dequeued_on.is_(None))
+        wanted = where.statuses & OPEN_STATUSES
+        if wanted == {"pending"}:
+            query = query.where(sa.not_(sa.func.coalesce(e.lease_expires_on > now, False)))
+        elif wanted == {"in_flight"}:
+            query = query.where(e.lease_expires_on > now)
+    else:
+        query = query.where(e.dequeued_on.is_not(None))
+        wanted = where.statuses & FINISHED_STATUSES
+        if wanted != FINISHED_STATUSES:
+            query = query.where(e.outcome.in_(sorted(wanted)))
+    if where.group_key is not None:
+        query = query.where(e.group_key == where.group_key)
+    if where.item_key_prefix:
+        query = query.where(e.item_key >= sa.literal(where.item_key_prefix).collate("C"))
+        end = prefix_end(where.item_key_prefix)
+        if end is not None:
+            query = query.where(e.item_key < sa.literal(end).collate("C"))
+    if where.after is not None:
+        query = query.where(sa.tuple_(e.schedule_on, e.id) > sa.tuple_(*where.after))
+    return query.order_by(e.schedule_on, e.id).limit(where.limit)
+
+
+def build_query(queue: str, where: SearchFilter, now: datetime | None) -> sa.Select:
+    clock: sa.ColumnElement[datetime] = (
+        sa.func.now() if now is None else sa.literal(now, sa.DateTime(timezone=True))
+    )
+    parts = []
+    if where.statuses & OPEN_STATUSES:
+        parts.append(_part(queue, where, clock, open_part=True))
+    if where.statuses & FINISHED_STATUSES:
+        parts.append(_part(queue, where, clock, open_part=False))
+    if len(parts) == 1:
+        return parts[0]
+    union = sa.union_all(*(p.subquery().select() for p in parts)).subquery()
+    return sa.select(union).order_by(union.c.schedule_on, union.c.id).limit(where.limit)
