@@ -59,8 +59,9 @@ class Settings:
     log_level: str = "INFO"
     # Connections per process in the database pool.
     pool_size: int = 10
-    # Seconds an authenticated token is remembered in-process (0: look it up on every request).
-    token_cache_seconds: float = 5.0
+    # Seconds a token's principal and a queue's settings are remembered in each API process
+    # (0: read them on every request). A revoked token or a changed queue takes effect after it.
+    cache_seconds: float = 5.0
     # Defaults of a new queue.
     default_lease_seconds: float = 30.0
     default_max_attempts: int = 10
@@ -83,7 +84,7 @@ class Settings:
             metrics_token=_env("TICKLER_METRICS_TOKEN", ""),
             log_level=_env("TICKLER_LOG_LEVEL", "INFO").upper(),
             pool_size=_env_int("TICKLER_POOL_SIZE", 10),
-            token_cache_seconds=_env_float("TICKLER_TOKEN_CACHE_SECONDS", 5.0),
+            cache_seconds=_env_float("TICKLER_CACHE_SECONDS", 5.0),
             default_lease_seconds=_env_float("TICKLER_DEFAULT_LEASE_SECONDS", 30.0),
             default_max_attempts=_env_int("TICKLER_DEFAULT_MAX_ATTEMPTS", 10),
             default_backoff_initial_seconds=_env_float("TICKLER_DEFAULT_BACKOFF_INITIAL_SECONDS", 1.0),

@@ -122,7 +122,7 @@ CREATE INDEX tickler_timeline_key ON tickler_timeline (queue, item_key, id);
 CREATE FUNCTION tickler_timeline_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     -- The archive job is the one writer allowed to remove history, and says so explicitly.
-    IF TG_OP = 'DELETE' AND current_setting('tickler.archiving', true) = 'on' THEN
+    IF TG_OP IN ('DELETE', 'TRUNCATE') AND current_setting('tickler.archiving', true) = 'on' THEN
         RETURN NULL;
     END IF;
     RAISE EXCEPTION 'tickler_timeline is append-only (% refused)', TG_OP

@@ -71,16 +71,35 @@ def check_schedule_on(value: datetime, now: datetime) -> str | None:
     return None
 
 
-def check_data_size(data: dict[str, Any], max_bytes: int) -> str | None:
-    """`data` as JSON text must fit in `max_bytes`."""
-    size = len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
-    if size > max_bytes:
-        return f"Event data is {size} bytes; the limit is {max_bytes}."
-    return None
-
-
 def format_timestamp(value: datetime | None) -> str | None:
     """RFC 3339 in UTC with 'Z', as every tickler response spells time."""
     if value is None:
         return None
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def check_data(data: dict[str, Any], max_bytes: int) -> tuple[str, str] | None:
+    """`data` must be storable as jsonb and fit the size limit.
+
+    Returns ("invalid" | "too_large", message), or None when it is fine. PostgreSQL's jsonb
+    refuses NUL characters and lone surrogates, so they are refused here, before any write.
+    """
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if "\\u0000" in text:
+        return "invalid", "Must not contain NUL characters (\\u0000)."
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "invalid", "Must not contain lone UTF-16 surrogates."
+    if size > max_bytes:
+        return "too_large", f"Event data is {size} bytes; the limit is {max_bytes}."
+    return None
+
+
+def check_text(value: str, max_length: int) -> str | None:
+    """Free text (a cancel reason, an error message): no control characters, bounded length."""
+    if len(value) > max_length:
+        return f"Must be at most {max_length} characters."
+    if any(unicodedata.category(ch) in ("Cc", "Cs") and ch not in "\t\n" for ch in value):
+        return "Must not contain control characters."
+    return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -190,7 +190,7 @@ class EventStore:
         changes: EventChanges,
         *,
         actor: str,
-        if_match: int | None = None,
+        if_match: Collection[int] | None = None,
         now: datetime | None = None,
     ) -> Event:
         """Reschedule the open event of a key and/or change its data or group."""
@@ -245,7 +245,7 @@ class EventStore:
         *,
         actor: str,
         reason: str | None = None,
-        if_match: int | None = None,
+        if_match: Collection[int] | None = None,
         now: datetime | None = None,
     ) -> Event:
         """Cancel the open event of a key."""
@@ -300,7 +300,7 @@ class EventStore:
         return len(rows)
 
     def _lock_open(
-        self, conn: sa.Connection, queue: str, item_key: str, *, if_match: int | None, now: datetime | None
+        self, conn: sa.Connection, queue: str, item_key: str, *, if_match: Collection[int] | None, now: datetime | None
     ) -> tuple[Event, datetime]:
         params = {"queue": queue, "item_key": item_key, "now": now}
         row = conn.execute(q("lock_open_event"), params).mappings().first()
@@ -313,8 +313,8 @@ class EventStore:
         event = Event.from_row(row)
         if event.status == "in_flight":
             raise InFlight("The event is in flight (claimed under a live lease); try again after it.", event=event)
-        if if_match is not None and event.version != if_match:
-            raise StaleVersion(f"The event is at version {event.version}, not {if_match}.", event=event)
+        if if_match is not None and event.version not in if_match:
+            raise StaleVersion(f"The event is at version {event.version}; If-Match named another.", event=event)
         return event, row["db_now"]
 
     @staticmethod

@@ -1,0 +1,39 @@
+"""A small in-process cache with a time to live, for per-request lookups that rarely change."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class TTLCache(Generic[V]):
+    def __init__(self, seconds: float, *, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self.max_entries = max_entries
+        self._clock = clock
+        self._entries: dict[Hashable, tuple[float, V]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, load: Callable[[], V | None]) -> V | None:
+        """The cached value, or `load()` (cached when not None)."""
+        if self.seconds <= 0:
+            return load()
+        now = self._clock()
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] > now:
+            return entry[1]
+        value = load()
+        if value is not None:
+            with self._lock:
+                if len(self._entries) >= self.max_entries:
+                    self._entries.clear()
+                self._entries[key] = (now + self.seconds, value)
+        return value
+
+    def forget(self, key: Hashable) -> None:
+        with self._lock:
+            self._entries.pop(key, None)

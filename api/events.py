@@ -1,0 +1,180 @@
+"""/v1/queues/{queue}/events: schedule, read, change, cancel, search and trace events by key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request, url_for
+
+from api import context
+from api.metrics import EVENTS_SCHEDULED
+from api.render import etag, event_json, timeline_json
+from api.schemas import (
+    BatchSchema,
+    CancelArgsSchema,
+    CancelMatchingSchema,
+    ChangeEventSchema,
+    ScheduleEventSchema,
+    SearchArgsSchema,
+)
+from scheduler import rules
+from scheduler.errors import Invalid, TooLarge
+from scheduler.models import NewEvent
+from scheduler.store import EventChanges, SearchFilter
+from scheduler.store.events import UNSET
+from scheduler.store.search import ALL_STATUSES, decode_cursor, encode_cursor
+
+bp = Blueprint("events", __name__, url_prefix="/queues/<queue>/events")
+
+_schedule_schema = ScheduleEventSchema()
+_change_schema = ChangeEventSchema()
+_cancel_args_schema = CancelArgsSchema()
+_cancel_matching_schema = CancelMatchingSchema()
+
+
+def _check_data(data: dict[str, Any], field: str) -> None:
+    """413 for data over the size limit, 400 for data jsonb cannot store."""
+    problem = rules.check_data(data, context.tickler().settings.max_event_data_bytes)
+    if problem is None:
+        return
+    kind, message = problem
+    if kind == "too_large":
+        raise TooLarge(message, errors={field: [message]})
+    raise Invalid("The request is not valid.", errors={field: [message]})
+
+
+def _new_event(fields: dict[str, Any]) -> NewEvent:
+    return NewEvent(
+        item_key=fields["item_key"],
+        data=fields["data"],
+        group_key=fields.get("group_key"),
+        schedule_on=fields.get("schedule_on"),
+        delay_seconds=fields.get("delay_seconds"),
+        max_attempts=fields.get("max_attempts"),
+    )
+
+
+def _if_match() -> set[int] | None:
+    """The versions If-Match accepts (None: any). A tag that is no version of ours matches nothing."""
+    if not request.if_match or request.if_match.star_tag:
+        return None
+    versions = set()
+    for tag in request.if_match.as_set():
+        if tag.isdigit():
+            versions.add(int(tag))
+    return versions
+
+
+def _event_response(event: Any, status: int = 200, **extra: Any) -> Response:
+    response = jsonify(event_json(event, **extra))
+    response.status_code = status
+    response.headers["ETag"] = etag(event)
+    return response
+
+
+@bp.post("")
+def schedule(queue: str) -> Response:
+    target = context.visible_queue(queue)
+    fields = _schedule_schema.load(context.json_body())
+    _check_data(fields["data"], "data")
+    event, outcome = context.store().events.schedule(
+        target, _new_event(fields), actor=context.principal().name, on_conflict=fields["on_conflict"]
+    )
+    EVENTS_SCHEDULED.labels(queue, outcome).inc()
+    response = _event_response(event, 202 if outcome == "created" else 200, outcome=outcome)
+    response.headers["Location"] = url_for("v1.events.get_event", queue=queue, item_key=event.item_key)
+    return response
+
+
+@bp.post("/batch")
+def schedule_batch(queue: str) -> Response:
+    target = context.visible_queue(queue)
+    settings = context.tickler().settings
+    fields = BatchSchema(max_events=settings.max_batch_events).load(context.json_body())
+    for index, item in enumerate(fields["events"]):
+        _check_data(item["data"], f"events[{index}].data")
+    results = context.store().events.schedule_batch(
+        target,
+        [_new_event(item) for item in fields["events"]],
+        actor=context.principal().name,
+        on_conflict=fields["on_conflict"],
+    )
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.outcome] = counts.get(result.outcome, 0) + 1
+    for outcome, n in counts.items():
+        EVENTS_SCHEDULED.labels(queue, outcome).inc(n)
+    return jsonify({"results": [{"item_key": r.item_key, "outcome": r.outcome, "id": r.id} for r in results]})
+
+
+@bp.post("/cancel")
+def cancel_matching(queue: str) -> Response:
+    context.visible_queue(queue)
+    fields = _cancel_matching_schema.load(context.json_body())
+    cancelled = context.store().events.cancel_matching(
+        queue,
+        actor=context.principal().name,
+        group_key=fields.get("group_key"),
+        item_key_prefix=fields.get("item_key_prefix"),
+        reason=fields.get("reason"),
+    )
+    return jsonify({"cancelled": cancelled})
+
+
+@bp.get("")
+def search(queue: str) -> Response:
+    context.visible_queue(queue)
+    settings = context.tickler().settings
+    args = SearchArgsSchema(max_limit=settings.max_page_size).load(context.query_args())
+    statuses = frozenset(args["status"].split(",")) if "status" in args else ALL_STATUSES
+    where = SearchFilter(
+        statuses=statuses,
+        group_key=args.get("group_key"),
+        item_key_prefix=args.get("item_key_prefix"),
+        limit=args["limit"] + 1,  # one more tells whether there is a next page
+        after=decode_cursor(args["cursor"]) if "cursor" in args else None,
+    )
+    events = context.store().events.search(queue, where)
+    page, more = events[: args["limit"]], len(events) > args["limit"]
+    next_cursor = encode_cursor(page[-1].schedule_on, page[-1].id) if more else None
+    return jsonify({"events": [event_json(e) for e in page], "next_cursor": next_cursor})
+
+
+@bp.get("/<item_key>")
+def get_event(queue: str, item_key: str) -> Response:
+    context.visible_queue(queue)
+    return _event_response(context.store().events.get(queue, item_key))
+
+
+@bp.patch("/<item_key>")
+def change_event(queue: str, item_key: str) -> Response:
+    context.visible_queue(queue)
+    fields = _change_schema.load(context.json_body())
+    if "data" in fields:
+        _check_data(fields["data"], "data")
+    changes = EventChanges(
+        schedule_on=fields.get("schedule_on"),
+        delay_seconds=fields.get("delay_seconds"),
+        data=fields.get("data", UNSET),
+        group_key=fields.get("group_key", UNSET),
+    )
+    event = context.store().events.change(
+        queue, item_key, changes, actor=context.principal().name, if_match=_if_match()
+    )
+    return _event_response(event)
+
+
+@bp.delete("/<item_key>")
+def cancel_event(queue: str, item_key: str) -> Response:
+    context.visible_queue(queue)
+    args = _cancel_args_schema.load(context.query_args())
+    event = context.store().events.cancel(
+        queue, item_key, actor=context.principal().name, reason=args.get("reason"), if_match=_if_match()
+    )
+    return _event_response(event)
+
+
+@bp.get("/<item_key>/timeline")
+def timeline(queue: str, item_key: str) -> Response:
+    context.visible_queue(queue)
+    return jsonify(timeline_json(item_key, context.store().events.timeline(queue, item_key)))

@@ -1,0 +1,53 @@
+"""Operations endpoints, outside /v1 and without a token: health, readiness, metrics, OpenAPI."""
+
+from __future__ import annotations
+
+import hmac
+
+import sqlalchemy.exc
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from api import context
+from api.metrics import metrics_response
+from api.problems import problem
+from scheduler.migrate import MigrationError, pending_migrations
+
+bp = Blueprint("ops", __name__)
+
+
+@bp.get("/healthz")
+def healthz() -> Response:
+    return jsonify({"status": "ok"})
+
+
+@bp.get("/readyz")
+def readyz() -> Response:
+    ext = context.tickler()
+    try:
+        ext.store.ping()
+        pending = pending_migrations(ext.database_url)
+    except (sqlalchemy.exc.DBAPIError, OSError) as error:
+        return problem(503, "Not ready", f"The database cannot be reached: {type(error).__name__}.")
+    except MigrationError as error:
+        return problem(503, "Not ready", str(error))
+    if pending:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+        return problem(503, "Not ready", f"Migrations not applied yet: {names}.")
+    return jsonify({"status": "ready"})
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    token = context.tickler().settings.metrics_token
+    if token:
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            response = problem(401, "Unauthorized", "/metrics needs the metrics token.")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="tickler-metrics"'
+            return response
+    return metrics_response()
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    return jsonify(current_app.extensions["tickler.openapi"])

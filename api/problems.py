@@ -1,0 +1,123 @@
+"""Errors as RFC 9457 problem details, mapped from domain errors in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy.exc
+import structlog
+from flask import Flask, Response, json
+from marshmallow import ValidationError
+from werkzeug.exceptions import HTTPException
+
+from scheduler import errors
+from scheduler.store.search import BadCursor
+
+log = structlog.get_logger(__name__)
+
+PROBLEM_TYPE_BASE = "https://tickler.dev/problems/"
+
+# domain error -> (status, type slug, title)
+_DOMAIN_ERRORS: dict[type[errors.TicklerError], tuple[int, str, str]] = {
+    errors.NotFound: (404, "not-found", "Not found"),
+    errors.KeyConflict: (409, "key-conflict", "An open event already has this key"),
+    errors.InFlight: (409, "in-flight", "The event is in flight"),
+    errors.StaleLease: (409, "stale-lease", "The lease is no longer held"),
+    errors.StaleVersion: (412, "stale-version", "The event has changed"),
+    errors.TooLarge: (413, "too-large", "Payload too large"),
+    errors.Invalid: (400, "validation", "The request is not valid"),
+}
+
+
+def problem(status: int, title: str, detail: str, *, slug: str | None = None, **extra: Any) -> Response:
+    body = {
+        "type": PROBLEM_TYPE_BASE + slug if slug else "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        **extra,
+    }
+    response = Response(json.dumps(body), status=status, mimetype="application/problem+json")
+    return response
+
+
+def flatten_errors(messages: Any, prefix: str = "") -> dict[str, list[str]]:
+    """marshmallow's nested messages as {"events[3].item_key": [...], "data": [...]}."""
+    flat: dict[str, list[str]] = {}
+    if isinstance(messages, dict):
+        for key, value in messages.items():
+            if isinstance(key, int):
+                path = f"{prefix}[{key}]"
+            elif key == "_schema":
+                path = prefix or "body"
+            else:
+                path = f"{prefix}.{key}" if prefix else str(key)
+            for sub_path, sub_messages in flatten_errors(value, path).items():
+                flat.setdefault(sub_path, []).extend(sub_messages)
+    elif isinstance(messages, list) and all(isinstance(m, str) for m in messages):
+        flat[prefix or "body"] = list(messages)
+    elif isinstance(messages, list):
+        for item in messages:
+            for sub_path, sub_messages in flatten_errors(item, prefix).items():
+                flat.setdefault(sub_path, []).extend(sub_messages)
+    else:
+        flat[prefix or "body"] = [str(messages)]
+    return flat
+
+
+def validation_problem(messages: Any, detail: str = "The request is not valid.") -> Response:
+    return problem(400, "The request is not valid", detail, slug="validation", errors=flatten_errors(messages))
+
+
+def register_error_handlers(app: Flask, event_json: Any) -> None:
+    """Every error leaves as problem+json; `event_json` renders an event carried by an error."""
+
+    @app.errorhandler(errors.TicklerError)
+    def _domain(error: errors.TicklerError) -> Response:
+        status, slug, title = _DOMAIN_ERRORS.get(type(error), (400, "bad-request", "Bad request"))
+        extra: dict[str, Any] = {}
+        if "errors" in error.extra:
+            extra["errors"] = error.extra["errors"]
+        if "event" in error.extra:
+            extra["event"] = event_json(error.extra["event"])
+        return problem(status, title, error.detail, slug=slug, **extra)
+
+    @app.errorhandler(ValidationError)
+    def _validation(error: ValidationError) -> Response:
+        return validation_problem(error.messages)
+
+    @app.errorhandler(BadCursor)
+    def _cursor(error: BadCursor) -> Response:
+        return validation_problem({"cursor": [str(error)]})
+
+    @app.errorhandler(HTTPException)
+    def _http(error: HTTPException) -> Response:
+        status = error.code or 500
+        response = problem(status, error.name, error.description or error.name)
+        valid_methods = getattr(error, "valid_methods", None)
+        if status == 405 and valid_methods:
+            response.headers["Allow"] = ", ".join(valid_methods)
+        if status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="tickler"'
+        return response
+
+    @app.errorhandler(sqlalchemy.exc.DataError)
+    @app.errorhandler(sqlalchemy.exc.IntegrityError)
+    def _refused_by_database(error: sqlalchemy.exc.DBAPIError) -> Response:
+        # Validation should have caught this; the database is the last line. Still a client
+        # value, so a 400 and nothing written (the transaction rolled back).
+        log.warning("value_refused_by_database", error=str(error.orig))
+        return problem(400, "The request is not valid", "The database refused a value of this request.",
+                       slug="validation")
+
+    @app.errorhandler(sqlalchemy.exc.OperationalError)
+    def _database_down(error: sqlalchemy.exc.OperationalError) -> Response:
+        log.error("database_unavailable", error=str(error.orig))
+        response = problem(503, "Service unavailable", "The database cannot be reached; try again shortly.")
+        response.headers["Retry-After"] = "1"
+        return response
+
+    @app.errorhandler(Exception)
+    def _unexpected(error: Exception) -> Response:
+        log.exception("unhandled_error")
+        return problem(500, "Internal server error", "Something went wrong on tickler's side; it was logged.")
