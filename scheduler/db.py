@@ -39,8 +39,6 @@ def start_embedded(data_dir: Path) -> str:
     pgserver counts the processes holding a server: `tickler serve` and a `tickler token create`
     run beside it share one server, and the last one to exit stops it. Data stays on disk.
     """
-    import pgserver
-
     data_dir = data_dir.expanduser().resolve()
     with _embedded_lock:
         server = _embedded_servers.get(data_dir)
@@ -49,6 +47,8 @@ def start_embedded(data_dir: Path) -> str:
             with warnings.catch_warnings():
                 # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver then uses /tmp, which is fine.
                 warnings.simplefilter("ignore")
+                import pgserver
+
                 server = pgserver.get_server(data_dir / "pgdata", cleanup_mode="stop")
             _embedded_servers[data_dir] = server
     admin_url = server.get_uri()

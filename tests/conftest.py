@@ -1,0 +1,123 @@
+"""Fixtures: one migrated database per test session, emptied before each test (TRUNCATE), an
+app over it, and tokens. Everything talks to a real PostgreSQL; nothing is mocked."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+from flask.testing import FlaskClient
+from werkzeug.serving import make_server
+
+from api import create_app
+from config import Settings
+from scheduler.db import create_engine, libpq_url
+from scheduler.migrate import migrate
+from scheduler.store import Store
+from tests import pg
+
+TABLES = "tickler_event, tickler_timeline, tickler_queue_count, tickler_token, tickler_queue"
+
+
+@pytest.fixture(scope="session")
+def admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A PostgreSQL server on which the tests may create databases."""
+    external = os.environ.get("TICKLER_TEST_DATABASE_URL")
+    if external:
+        return external
+    return pg.start_embedded_server(tmp_path_factory.mktemp("pg") / "data")
+
+
+@pytest.fixture(scope="session")
+def database_url(admin_url: str) -> Iterator[str]:
+    url = pg.create_database(admin_url)
+    migrate(url)
+    yield url
+    pg.drop_database(admin_url, url)
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> Iterator[sa.Engine]:
+    engine = create_engine(database_url, pool_size=5)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _empty_tables(request: pytest.FixtureRequest) -> None:
+    """Each test starts from empty tables (identities restarted)."""
+    if "database_url" not in request.fixturenames:
+        return
+    url = request.getfixturevalue("database_url")
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute("SET tickler.archiving = 'on'")
+        conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+
+
+@pytest.fixture
+def raw(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A plain autocommit psycopg connection, for checking what is really in the tables."""
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url, migrate_on_start=False, cache_seconds=0, pool_size=5)
+
+
+@pytest.fixture
+def store(engine: sa.Engine) -> Store:
+    return Store(engine)
+
+
+@pytest.fixture(scope="session")
+def app(settings: Settings) -> Iterator[Flask]:
+    app = create_app(settings, configure_logs=False)
+    yield app
+    app.extensions["tickler"].store.engine.dispose()
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def admin_token(store: Store) -> str:
+    return store.tokens.create("ops", is_admin=True)
+
+
+@pytest.fixture
+def token(store: Store) -> str:
+    """A client service's token, scoped to the queue `emails`."""
+    return store.tokens.create("signup-service", queues=["emails"])
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def emails(client: FlaskClient, admin_token: str) -> str:
+    """The pull queue `emails`, created through the API."""
+    response = client.put("/v1/queues/emails", json={}, headers=auth(admin_token))
+    assert response.status_code == 201, response.json
+    return "emails"
+
+
+@pytest.fixture
+def live_server(app: Flask) -> Iterator[str]:
+    """The app behind a real threaded HTTP server on a free local port; yields its base URL."""
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    thread.join(timeout=10)

@@ -1,0 +1,53 @@
+"""Real PostgreSQL for the tests: the embedded server (default) or TICKLER_TEST_DATABASE_URL."""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from scheduler.db import libpq_url
+
+
+def start_embedded_server(directory: Path) -> str:
+    """Start a throwaway embedded PostgreSQL tuned for tests; return its admin URL."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        server = pgserver.get_server(directory, cleanup_mode="delete")
+    url = str(server.get_uri())
+    with psycopg.connect(url, autocommit=True) as conn:
+        # Durability is not what these tests check; speed is welcome (this server is thrown away).
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("ALTER SYSTEM SET synchronous_commit = off")
+        conn.execute("ALTER SYSTEM SET full_page_writes = off")
+        conn.execute("ALTER SYSTEM SET max_connections = 200")
+        conn.execute("SELECT pg_reload_conf()")
+    start_embedded_server.keep = server  # type: ignore[attr-defined]
+    return url
+
+
+def with_database(url: str, name: str) -> str:
+    """`url` pointing at database `name` instead."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(libpq_url(url)).set(database=name).render_as_string(hide_password=False)
+
+
+def create_database(admin_url: str, prefix: str = "tickler_test") -> str:
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_database(admin_url, name)
+
+
+def drop_database(admin_url: str, database_url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    name = make_url(database_url).database
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
