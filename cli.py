@@ -31,10 +31,15 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("name", help="the principal: the client service this token belongs to")
     create.add_argument("--queue", action="append", default=[], help="a queue it may use (repeatable)")
     create.add_argument("--admin", action="store_true", help="may manage queues and use every queue")
+    pipeline = commands.add_parser("pipeline", help="Spark jobs: report, archive, import (see `tickler pipeline -h`)")
+    pipeline.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["pipeline"]:
+        return _pipeline(argv[1:])
     args = _parser().parse_args(argv)
     settings = Settings.from_env()
     configure_logging(settings.log_level)
@@ -49,6 +54,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tickler: {error}", file=sys.stderr)
         return 2
     return 2
+
+
+def _pipeline(argv: list[str]) -> int:
+    try:
+        from pipeline.cli import main as pipeline_main
+    except ImportError as error:
+        print(f"tickler: the pipeline needs PySpark: pip install 'tickler[pipeline]' ({error})", file=sys.stderr)
+        return 2
+    return pipeline_main(argv)
 
 
 def _migrate(settings: Settings) -> int:
