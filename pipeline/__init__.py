@@ -1,0 +1,1 @@
+"""Spark jobs over tickler's history: report, archive, import."""
