@@ -123,3 +123,51 @@ class ScheduleResult:
     item_key: str
     outcome: str
     id: int | None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claim on one event, or on all due events of one group, until `expires_at`."""
+
+    lease_id: str
+    queue: str
+    group_key: str | None
+    expires_at: datetime
+    claimed_by: str
+    events: tuple[Event, ...]
+
+
+def event_to_json(event: Event) -> dict[str, Any]:
+    """An event as every tickler interface shows it (HTTP responses, webhook bodies)."""
+    from scheduler.rules import format_timestamp
+
+    return {
+        "id": event.id,
+        "queue": event.queue,
+        "item_key": event.item_key,
+        "group_key": event.group_key,
+        "schedule_on": format_timestamp(event.schedule_on),
+        "data": event.data,
+        "status": event.status,
+        "enqueued_on": format_timestamp(event.enqueued_on),
+        "enqueued_by": event.enqueued_by,
+        "dequeued_on": format_timestamp(event.dequeued_on),
+        "dequeued_by": event.dequeued_by,
+        "claimed_on": format_timestamp(event.claimed_on),
+        "claimed_by": event.claimed_by,
+        "redeliver_count": event.redeliver_count,
+        "max_attempts": event.max_attempts,
+        "last_error": event.last_error,
+        "version": event.version,
+    }
+
+
+def lease_to_json(lease: Lease) -> dict[str, Any]:
+    from scheduler.rules import format_timestamp
+
+    return {
+        "lease_id": lease.lease_id,
+        "expires_at": format_timestamp(lease.expires_at),
+        "group_key": lease.group_key,
+        "events": [event_to_json(e) for e in lease.events],
+    }

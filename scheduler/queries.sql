@@ -30,9 +30,18 @@ logged AS (
     SELECT queue, item_key, id, enqueued_on, 'enqueued', enqueued_by, schedule_on,
            jsonb_strip_nulls(jsonb_build_object('group_key', group_key, 'max_attempts', max_attempts))
     FROM inserted
+),
+hint AS (
+    -- FOR KEY SHARE always (not only when notifying): see tickler_queue.next_wake
+    SELECT q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
+),
+wake AS (
+    SELECT pg_notify('tickler_wake', :queue) FROM hint
+    WHERE hint.next_wake > (SELECT min(schedule_on) FROM inserted)
 )
 SELECT i.ord, i.item_key, n.id AS id, (n.id IS NOT NULL) AS written, false AS replaced
 FROM incoming AS i LEFT JOIN inserted AS n ON n.item_key = i.item_key
+CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w
 ORDER BY i.ord;
 
 -- name: schedule_events_replacing
@@ -67,9 +76,17 @@ logged AS (
            CASE WHEN u.replaced THEN 'replaced' ELSE 'enqueued' END, :actor, u.schedule_on,
            jsonb_strip_nulls(jsonb_build_object('group_key', u.group_key, 'max_attempts', u.max_attempts))
     FROM upserted AS u CROSS JOIN clock
+),
+hint AS (
+    SELECT q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
+),
+wake AS (
+    SELECT pg_notify('tickler_wake', :queue) FROM hint
+    WHERE hint.next_wake > (SELECT min(schedule_on) FROM upserted)
 )
 SELECT i.ord, i.item_key, u.id AS id, (u.id IS NOT NULL) AS written, coalesce(u.replaced, false) AS replaced
 FROM incoming AS i LEFT JOIN upserted AS u ON u.item_key = i.item_key
+CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w
 ORDER BY i.ord;
 
 -- name: open_event_ids
@@ -123,9 +140,16 @@ logged AS (
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
     SELECT c.queue, c.item_key, c.id, clock.now, :action, :actor, c.schedule_on, CAST(:details AS jsonb)
     FROM changed AS c CROSS JOIN clock
+),
+hint AS (
+    SELECT q.name, q.next_wake FROM tickler_queue AS q WHERE q.name = (SELECT queue FROM changed) FOR KEY SHARE
+),
+wake AS (
+    SELECT pg_notify('tickler_wake', hint.name) FROM hint
+    WHERE hint.next_wake > (SELECT schedule_on FROM changed)
 )
 SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
-FROM changed AS c CROSS JOIN clock;
+FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
 
 -- name: cancel_event
 -- Cancel a locked, open, unleased event.
@@ -209,8 +233,11 @@ logged AS (
     ) AS a (step, action, details)
     WHERE a.step = 1 OR c.exhausted
     ORDER BY c.id, a.step
+),
+wake AS (
+    SELECT pg_notify('tickler_wake', queue) FROM (SELECT DISTINCT queue FROM changed WHERE NOT exhausted) AS q
 )
-SELECT c.id, c.queue, c.exhausted FROM changed AS c;
+SELECT c.id, c.queue, c.exhausted FROM changed AS c CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
 
 -- name: timeline
 -- Every timeline entry of a key, across all its events, oldest first.
@@ -288,3 +315,249 @@ RETURNING id;
 -- The principal behind a token hash, unless revoked.
 SELECT principal, is_admin, queues FROM tickler_token
 WHERE token_hash = :token_hash AND revoked_on IS NULL;
+
+-- name: prepare_to_sleep
+-- A dispatcher about to sleep: lock its queues' rows (waiting for writers that hold them), then
+-- (next statement, fresh snapshot) find the next due time. See tickler_queue.next_wake.
+SELECT name FROM tickler_queue WHERE name = ANY(CAST(:queues AS text[])) ORDER BY name FOR UPDATE;
+
+-- name: next_due
+-- The earliest schedule_on among claimable events of these queues (NULL: none).
+SELECT min(next_on) AS next_on FROM (
+    SELECT (SELECT schedule_on FROM tickler_event
+            WHERE queue = q AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NULL
+            ORDER BY schedule_on, id LIMIT 1) AS next_on
+    FROM unnest(CAST(:queues AS text[])) AS q
+    UNION ALL
+    SELECT (SELECT schedule_on FROM tickler_event
+            WHERE queue = q AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NOT NULL
+            ORDER BY schedule_on, id LIMIT 1)
+    FROM unnest(CAST(:queues AS text[])) AS q
+) AS candidates;
+
+-- name: set_next_wake
+-- Record when the dispatchers of these queues will look next (under prepare_to_sleep's lock).
+UPDATE tickler_queue SET next_wake = :next_wake WHERE name = ANY(CAST(:queues AS text[]));
+
+-- name: claim_events
+-- Lease up to :limit due, ungrouped events of a queue, one lease each, skipping rows that other
+-- transactions hold. Returns the claimed events.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+candidates AS (
+    SELECT e.id FROM tickler_event AS e
+    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+      AND e.schedule_on <= (SELECT now FROM clock)
+    ORDER BY e.schedule_on, e.id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE tickler_event AS e
+    SET claimed_on = clock.now,
+        claimed_by = :worker,
+        lease_id = gen_random_uuid(),
+        lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        version = e.version + 1
+    FROM candidates AS c CROSS JOIN clock
+    WHERE e.id = c.id
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT queue, item_key, id, claimed_on, 'claimed', claimed_by, schedule_on,
+           jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1,
+                              'lease_expires_at', lease_expires_on)
+    FROM claimed
+)
+SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.schedule_on, c.id;
+
+-- name: lock_due_groups
+-- Choose up to :limit groups of a queue that have due events and no lease, and take a
+-- transaction-level advisory lock on each (skipping groups another claimer is locking now).
+-- Only the chosen candidates are locked: the lock runs on the limited, ordered candidate list.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+due AS (
+    SELECT e.group_key, e.schedule_on, e.id FROM tickler_event AS e
+    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NOT NULL
+      AND e.schedule_on <= (SELECT now FROM clock)
+    ORDER BY e.schedule_on, e.id
+    LIMIT :scan
+),
+groups AS MATERIALIZED (
+    SELECT d.group_key, min(d.schedule_on) AS first_due FROM due AS d
+    WHERE NOT EXISTS (
+        SELECT 1 FROM tickler_event AS l
+        WHERE l.queue = :queue AND l.group_key = d.group_key
+          AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL)
+    GROUP BY d.group_key
+    ORDER BY first_due, d.group_key
+)
+SELECT g.group_key FROM groups AS g
+WHERE pg_try_advisory_xact_lock(hashtextextended(:queue || '/' || g.group_key, 0))
+LIMIT :limit;
+
+-- name: claim_groups
+-- Lease every due event of each locked group, one lease per group. Runs after lock_due_groups in
+-- the same transaction, in a new statement: its snapshot sees every lease committed before the
+-- advisory locks were taken, so a group that got a lease meanwhile is left alone.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+locked AS (
+    SELECT g.group_key FROM unnest(CAST(:groups AS text[])) AS g (group_key)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM tickler_event AS l
+        WHERE l.queue = :queue AND l.group_key = g.group_key COLLATE "C"
+          AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL)
+),
+leases AS (
+    SELECT group_key, gen_random_uuid() AS lease_id FROM locked
+),
+members AS (
+    SELECT e.id, s.lease_id FROM tickler_event AS e
+    JOIN leases AS s ON e.group_key = s.group_key COLLATE "C"
+    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL
+      AND e.schedule_on <= (SELECT now FROM clock)
+    FOR UPDATE OF e SKIP LOCKED
+),
+claimed AS (
+    UPDATE tickler_event AS e
+    SET claimed_on = clock.now,
+        claimed_by = :worker,
+        lease_id = m.lease_id,
+        lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        version = e.version + 1
+    FROM members AS m CROSS JOIN clock
+    WHERE e.id = m.id
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT queue, item_key, id, claimed_on, 'claimed', claimed_by, schedule_on,
+           jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1,
+                              'lease_expires_at', lease_expires_on, 'group_key', group_key)
+    FROM claimed
+)
+SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.group_key, c.schedule_on, c.id;
+
+-- name: ack_leases
+-- Finish every event of these live leases as delivered; returns the leases that were finished.
+-- A lease that expired, was re-claimed or was already finished matches nothing (fencing).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+finished AS (
+    UPDATE tickler_event AS e
+    SET dequeued_on = clock.now, dequeued_by = e.claimed_by, outcome = 'delivered', version = e.version + 1
+    FROM clock
+    WHERE e.lease_id = ANY(CAST(:lease_ids AS uuid[])) AND e.dequeued_on IS NULL
+      AND e.lease_expires_on > clock.now
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT queue, item_key, id, dequeued_on, 'delivered', dequeued_by, schedule_on,
+           jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1)
+    FROM finished
+),
+wake AS (
+    -- a group's lease ended: its other due events (scheduled meanwhile) are claimable now
+    SELECT pg_notify('tickler_wake', queue) FROM (SELECT DISTINCT queue FROM finished WHERE group_key IS NOT NULL) AS q
+)
+SELECT f.lease_id, f.queue, count(*) AS events
+FROM finished AS f CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w
+GROUP BY f.lease_id, f.queue;
+
+-- name: fail_lease
+-- A failed attempt for every event of a live lease: count the redelivery, keep the error and
+-- schedule the retry with the queue's backoff (or :retry_in_seconds), or finish the event as
+-- dead when its attempts are used up or :dead says so.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+failing AS (
+    SELECT e.id,
+           (CAST(:dead AS boolean) OR e.redeliver_count + 1 >= e.max_attempts) AS is_dead,
+           coalesce(
+               CAST(:retry_in_seconds AS double precision),
+               least(q.backoff_max_seconds,
+                     q.backoff_initial_seconds * power(q.backoff_multiplier, e.redeliver_count))
+               * (1 - 0.25 * random())
+           ) AS retry_in
+    FROM tickler_event AS e
+    JOIN tickler_queue AS q ON q.name = e.queue
+    CROSS JOIN clock
+    WHERE e.lease_id = CAST(:lease_id AS uuid) AND e.dequeued_on IS NULL AND e.lease_expires_on > clock.now
+    FOR UPDATE OF e
+),
+changed AS (
+    UPDATE tickler_event AS e
+    SET lease_id = NULL,
+        lease_expires_on = NULL,
+        last_error = CAST(:error AS text),
+        redeliver_count = CASE WHEN f.is_dead THEN e.redeliver_count ELSE e.redeliver_count + 1 END,
+        schedule_on = CASE WHEN f.is_dead THEN e.schedule_on
+                           ELSE clock.now + make_interval(secs => f.retry_in) END,
+        dequeued_on = CASE WHEN f.is_dead THEN clock.now END,
+        dequeued_by = CASE WHEN f.is_dead THEN e.claimed_by END,
+        outcome = CASE WHEN f.is_dead THEN 'dead' END,
+        version = e.version + 1
+    FROM failing AS f CROSS JOIN clock
+    WHERE e.id = f.id
+    RETURNING e.*, f.is_dead, CAST(:lease_id AS uuid) AS old_lease_id
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, clock.now,
+           CASE WHEN c.is_dead THEN 'dead' ELSE 'failed' END, c.claimed_by, c.schedule_on,
+           jsonb_strip_nulls(jsonb_build_object(
+               'lease_id', c.old_lease_id,
+               'attempt', CASE WHEN c.is_dead THEN c.redeliver_count + 1 ELSE c.redeliver_count END,
+               'error', c.last_error,
+               'retry_at', CASE WHEN c.is_dead THEN NULL ELSE c.schedule_on END,
+               'reason', CASE WHEN NOT c.is_dead THEN NULL
+                              WHEN CAST(:dead AS boolean) THEN 'receiver said stop'
+                              ELSE 'attempts exhausted' END))
+    FROM changed AS c CROSS JOIN clock
+),
+wake AS (
+    SELECT pg_notify('tickler_wake', queue) FROM (SELECT DISTINCT queue FROM changed WHERE group_key IS NOT NULL) AS q
+)
+SELECT c.id, c.queue, c.is_dead, c.schedule_on, c.redeliver_count
+FROM changed AS c CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+
+-- name: extend_lease
+-- Push a live lease's expiry to :seconds from now; returns the new expiry (no row: stale lease).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
+UPDATE tickler_event AS e
+SET lease_expires_on = clock.now + make_interval(secs => :seconds)
+FROM clock
+WHERE e.lease_id = CAST(:lease_id AS uuid) AND e.dequeued_on IS NULL AND e.lease_expires_on > clock.now
+RETURNING e.lease_expires_on, e.queue;
+
+-- name: release_leases
+-- Give live leases back unfinished (a worker shutting down): the events are claimable at once,
+-- and since no attempt was made, no redelivery is counted.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+released AS (
+    UPDATE tickler_event AS e
+    SET lease_id = NULL, lease_expires_on = NULL, version = e.version + 1
+    FROM clock
+    WHERE e.lease_id = ANY(CAST(:lease_ids AS uuid[])) AND e.dequeued_on IS NULL
+      AND e.lease_expires_on > clock.now
+    RETURNING e.*, CAST(:actor AS text) AS actor
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT r.queue, r.item_key, r.id, clock.now, 'released', r.actor, r.schedule_on, '{}'
+    FROM released AS r CROSS JOIN clock
+),
+wake AS (
+    SELECT pg_notify('tickler_wake', queue) FROM (SELECT DISTINCT queue FROM released) AS q
+)
+SELECT r.id FROM released AS r CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+
+-- name: lease_queue
+-- The queue a live lease belongs to (NULL: no such live lease).
+SELECT queue FROM tickler_event
+WHERE lease_id = CAST(:lease_id AS uuid) AND dequeued_on IS NULL
+  AND lease_expires_on > coalesce(CAST(:now AS timestamptz), now())
+LIMIT 1;
+
+-- name: webhook_queues
+-- Queues whose events the dispatcher delivers by webhook.
+SELECT * FROM tickler_queue WHERE delivery_mode = 'webhook' ORDER BY name;

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from scheduler.store.events import EventChanges, EventStore, SearchFilter
+from scheduler.store.leases import LeaseStore
 from scheduler.store.queues import QueueSettings, QueueStore
 from scheduler.store.tokens import TokenStore
 
-__all__ = ["EventChanges", "EventStore", "QueueSettings", "QueueStore", "SearchFilter", "Store", "TokenStore"]
+__all__ = ["EventChanges", "EventStore", "LeaseStore", "QueueSettings", "QueueStore", "SearchFilter", "Store", "TokenStore"]
 
 
 class Store:
@@ -19,6 +20,7 @@ class Store:
         self.events = EventStore(engine)
         self.queues = QueueStore(engine)
         self.tokens = TokenStore(engine)
+        self.leases = LeaseStore(engine)
 
     def ping(self) -> None:
         with self.engine.connect() as conn:

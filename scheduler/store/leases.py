@@ -1,0 +1,192 @@
+"""Leases: claim due events (one by one, or a whole group at once), then ack, nack, extend or
+release them. A lease is identified by its id, and only a live lease can be finished: a lease
+that expired and was claimed again can never be finished by its old holder."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from scheduler.errors import StaleLease
+from scheduler.models import Event, Lease, Queue
+from scheduler.sql import q
+
+# How many due grouped rows a group claim looks at per group it wants (groups hold several).
+GROUP_SCAN_FACTOR = 50
+
+
+@dataclass(frozen=True)
+class FailResult:
+    queue: str
+    dead: int
+    retried: int
+    retry_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SleepPlan:
+    """When a dispatcher should look again: at `wake_at` (database time), or on a notification."""
+
+    db_now: datetime
+    next_due: datetime | None
+    wake_at: datetime
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, (self.wake_at - self.db_now).total_seconds())
+
+
+def _leases(rows: Sequence[sa.RowMapping]) -> list[Lease]:
+    grouped: dict[str, list[Event]] = {}
+    for row in rows:
+        grouped.setdefault(str(row["lease_id"]), []).append(Event.from_row(row))
+    leases = []
+    for lease_id, events in grouped.items():
+        first = events[0]
+        assert first.lease_expires_on is not None and first.claimed_by is not None
+        leases.append(Lease(lease_id, first.queue, first.group_key, first.lease_expires_on, first.claimed_by,
+                            tuple(events)))
+    return leases
+
+
+class LeaseStore:
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+
+    def claim(
+        self,
+        queue: Queue,
+        *,
+        worker: str,
+        limit: int,
+        lease_seconds: float | None = None,
+        groups_first: bool = False,
+        now: datetime | None = None,
+    ) -> list[Lease]:
+        """Claim up to `limit` leases of due events of `queue`, in one transaction.
+
+        Ungrouped events get a lease each; each due group gets one lease over all its due events.
+        `groups_first` alternates which kind is served first, so neither can starve the other.
+        """
+        seconds = lease_seconds if lease_seconds is not None else queue.lease_seconds
+        leases: list[Lease] = []
+        with self.engine.begin() as conn:
+            for kind in ("groups", "events") if groups_first else ("events", "groups"):
+                remaining = limit - len(leases)
+                if remaining <= 0:
+                    break
+                if kind == "events":
+                    rows = conn.execute(
+                        q("claim_events"),
+                        {"queue": queue.name, "worker": worker, "limit": remaining,
+                         "lease_seconds": seconds, "now": now},
+                    ).mappings().all()
+                    leases.extend(_leases(rows))
+                else:
+                    leases.extend(self._claim_groups(conn, queue.name, worker, remaining, seconds, now))
+        return leases
+
+    @staticmethod
+    def _claim_groups(
+        conn: sa.Connection, queue: str, worker: str, limit: int, seconds: float, now: datetime | None
+    ) -> list[Lease]:
+        groups = conn.execute(
+            q("lock_due_groups"),
+            {"queue": queue, "limit": limit, "scan": limit * GROUP_SCAN_FACTOR, "now": now},
+        ).scalars().all()
+        if not groups:
+            return []
+        rows = conn.execute(
+            q("claim_groups"),
+            {"queue": queue, "groups": list(groups), "worker": worker, "lease_seconds": seconds, "now": now},
+        ).mappings().all()
+        return _leases(rows)
+
+    def ack(self, lease_ids: Sequence[str], *, now: datetime | None = None) -> dict[str, str]:
+        """Finish these leases as delivered; return {lease_id: queue} of those that were live."""
+        if not lease_ids:
+            return {}
+        with self.engine.begin() as conn:
+            rows = conn.execute(q("ack_leases"), {"lease_ids": list(lease_ids), "now": now}).mappings().all()
+        return {str(row["lease_id"]): row["queue"] for row in rows}
+
+    def ack_one(self, lease_id: str, *, now: datetime | None = None) -> str:
+        done = self.ack([lease_id], now=now)
+        if lease_id not in done:
+            raise StaleLease("The lease expired, was finished, or never existed.")
+        return done[lease_id]
+
+    def nack(
+        self,
+        lease_id: str,
+        *,
+        error: str,
+        retry_in_seconds: float | None = None,
+        dead: bool = False,
+        now: datetime | None = None,
+    ) -> FailResult:
+        """Record a failed attempt for every event of the lease (see fail_lease in queries.sql)."""
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                q("fail_lease"),
+                {"lease_id": lease_id, "error": error, "retry_in_seconds": retry_in_seconds,
+                 "dead": dead, "now": now},
+            ).mappings().all()
+        if not rows:
+            raise StaleLease("The lease expired, was finished, or never existed.")
+        retried = [r for r in rows if not r["is_dead"]]
+        return FailResult(
+            queue=rows[0]["queue"],
+            dead=len(rows) - len(retried),
+            retried=len(retried),
+            retry_at=min((r["schedule_on"] for r in retried), default=None),
+        )
+
+    def extend(self, lease_id: str, *, seconds: float, now: datetime | None = None) -> datetime:
+        """Keep a live lease for `seconds` more from now; return its new expiry."""
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                q("extend_lease"), {"lease_id": lease_id, "seconds": seconds, "now": now}
+            ).mappings().first()
+        if row is None:
+            raise StaleLease("The lease expired, was finished, or never existed.")
+        expires: datetime = row["lease_expires_on"]
+        return expires
+
+    def release(self, lease_ids: Sequence[str], *, actor: str, now: datetime | None = None) -> int:
+        """Give live leases back unfinished; their events are claimable at once."""
+        if not lease_ids:
+            return 0
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                q("release_leases"), {"lease_ids": list(lease_ids), "actor": actor, "now": now}
+            ).all()
+        return len(rows)
+
+    def queue_of(self, lease_id: str, *, now: datetime | None = None) -> str | None:
+        """The queue of a live lease, or None."""
+        with self.engine.connect() as conn:
+            queue: str | None = conn.execute(q("lease_queue"), {"lease_id": lease_id, "now": now}).scalar()
+        return queue
+
+    def plan_sleep(self, queues: Sequence[str], *, max_seconds: float) -> SleepPlan:
+        """Before a dispatcher sleeps: find its next due time and publish when it will look again.
+
+        The queue rows are locked first (waiting for writers that hold them), and the next due
+        time is read in a later statement; see tickler_queue.next_wake for why this loses no
+        wake-up. Due events that could not be claimed (their group is leased, or another
+        transaction holds them) do not count: waking for them would only spin.
+        """
+        names = sorted(set(queues))
+        with self.engine.begin() as conn:
+            conn.execute(q("prepare_to_sleep"), {"queues": names})
+            db_now: datetime = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+            next_due: datetime | None = conn.execute(q("next_due"), {"queues": names}).scalar()
+            wake_at = db_now + timedelta(seconds=max_seconds)
+            if next_due is not None and db_now < next_due < wake_at:
+                wake_at = next_due
+            conn.execute(q("set_next_wake"), {"queues": names, "next_wake": wake_at})
+        return SleepPlan(db_now=db_now, next_due=next_due, wake_at=wake_at)
