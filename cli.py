@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
+import prometheus_client
+
 from config import Settings
 from scheduler.db import create_engine, resolve_database_url
+from scheduler.delivery.handlers import Handlers
 from scheduler.logs import configure_logging
 from scheduler.migrate import MigrationError, migrate
 from scheduler.rules import check_queue_name
 from scheduler.store import Store
+from scheduler.worker import Worker
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,6 +29,19 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--threads", type=int, default=8, help="HTTP worker threads (default 8)")
+
+    worker = commands.add_parser("worker", help="run a dispatcher only (webhooks, and Python handlers if given)")
+    worker.add_argument("--handlers", metavar="MODULE:OBJECT",
+                        help="a scheduler.delivery.handlers.Handlers (or Worker) to run in-process")
+    worker.add_argument("--no-webhooks", action="store_true", help="do not deliver webhook queues")
+    worker.add_argument("--name", help="worker name recorded as claimed_by (default host:pid)")
+    worker.add_argument("--concurrency", type=int, default=32, help="delivery threads (default 32)")
+    worker.add_argument("--batch-size", type=int, default=100, help="leases per claim (default 100)")
+    worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    worker.add_argument("--shutdown-grace", type=float, default=10.0,
+                        help="seconds deliveries in progress may take to finish on SIGTERM (default 10)")
+    worker.add_argument("--poll-interval", type=float, default=5.0,
+                        help="safety poll: look for due events at least this often (default 5 s)")
 
     commands.add_parser("migrate", help="apply pending database migrations (safe to run concurrently)")
 
@@ -46,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(settings, args.host, args.port, args.threads)
+        if args.command == "worker":
+            return _worker(settings, args)
         if args.command == "migrate":
             return _migrate(settings)
         if args.command == "token":
@@ -90,13 +112,61 @@ def _token_create(settings: Settings, name: str, queues: list[str], admin: bool)
     return 0
 
 
+def _load_handlers(spec: str) -> Handlers:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise SystemExit(f"tickler: --handlers takes MODULE:OBJECT, not {spec!r}")
+    sys.path.insert(0, os.getcwd())
+    found = getattr(importlib.import_module(module_name), attribute)
+    if isinstance(found, Worker):
+        return found.handlers
+    if not isinstance(found, Handlers):
+        raise SystemExit(f"tickler: {spec} is a {type(found).__name__}, not a Handlers or Worker")
+    return found
+
+
+def _worker(settings: Settings, args: argparse.Namespace) -> int:
+    handlers = _load_handlers(args.handlers) if args.handlers else Handlers()
+    if args.metrics_port:
+        prometheus_client.start_http_server(args.metrics_port)
+    worker = Worker(
+        handlers,
+        settings=settings,
+        name=args.name,
+        deliver_webhooks=not args.no_webhooks,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+        shutdown_grace=args.shutdown_grace,
+        poll_interval=args.poll_interval,
+    )
+    worker.run()
+    return 0
+
+
 def _serve(settings: Settings, host: str, port: int, threads: int) -> int:
+    """The API and a webhook dispatcher in one process; SIGTERM stops both gracefully."""
     import waitress
 
     from api import create_app
 
     app = create_app(settings, configure_logs=False)
-    waitress.serve(app, host=host, port=port, threads=threads, ident="tickler")
+    ext = app.extensions["tickler"]
+    worker = Worker(settings=settings, database_url=ext.database_url, engine=ext.store.engine, deliver_webhooks=True)
+    worker.start()
+    server = waitress.create_server(app, host=host, port=port, threads=threads, ident="tickler")
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    print(f"tickler serving on http://{host}:{server.effective_port}", file=sys.stderr, flush=True)
+    try:
+        server.run()
+    except (SystemExit, KeyboardInterrupt):
+        pass
+    finally:
+        server.close()
+        worker.stop()
     return 0
 
 

@@ -190,3 +190,14 @@ class LeaseStore:
                 wake_at = next_due
             conn.execute(q("set_next_wake"), {"queues": names, "next_wake": wake_at})
         return SleepPlan(db_now=db_now, next_due=next_due, wake_at=wake_at)
+
+    def expire(self, *, actor: str = "tickler", now: datetime | None = None) -> dict[str, int]:
+        """End every lease whose time is up (the reaper); return {queue: events released or dead}."""
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                q("expire_leases"), {"queue": None, "item_key": None, "actor": actor, "now": now}
+            ).mappings().all()
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row["queue"]] = counts.get(row["queue"], 0) + 1
+        return counts

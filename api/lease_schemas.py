@@ -1,0 +1,51 @@
+"""Schemas of the pull-consumer calls: claims and lease ack / nack / extend."""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields, validate
+
+from api.schemas import StrictBoolean, StrictInteger, StrictNumber, Text
+
+MAX_WAIT_SECONDS = 20.0
+
+
+class ClaimSchema(Schema):
+    """POST /v1/queues/{queue}/claims."""
+
+    worker = Text(required=True, max_length=100, validate=validate.Length(min=1),
+                  metadata={"description": "The consumer's name; claimed_by is principal/worker."})
+    limit = StrictInteger(load_default=1, validate=validate.Range(min=1, max=1000))
+    lease_seconds = StrictNumber(validate=validate.Range(min=0.1, max=86_400))
+    wait_seconds = StrictNumber(load_default=0.0, validate=validate.Range(min=0, max=MAX_WAIT_SECONDS),
+                                metadata={"description": "Long-poll this long for due events when none is due."})
+
+
+class NackSchema(Schema):
+    """POST /v1/leases/{lease_id}/nack."""
+
+    error = Text(required=True, max_length=2000)
+    retry_in_seconds = StrictNumber(validate=validate.Range(min=0, max=366 * 86_400))
+    dead = StrictBoolean(load_default=False)
+
+
+class ExtendSchema(Schema):
+    """POST /v1/leases/{lease_id}/extend."""
+
+    seconds = StrictNumber(required=True, validate=validate.Range(min=0.1, max=86_400))
+
+
+class LeaseSchema(Schema):
+    lease_id = fields.String()
+    expires_at = fields.String()
+    group_key = fields.String(allow_none=True)
+    events = fields.List(fields.Dict())
+
+
+class ClaimResultSchema(Schema):
+    leases = fields.List(fields.Nested(LeaseSchema))
+
+
+class LeaseStateSchema(Schema):
+    lease_id = fields.String()
+    status = fields.String()
+    expires_at = fields.String()

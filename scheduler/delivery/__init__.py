@@ -1,0 +1,35 @@
+"""Delivery modes: how a claimed lease reaches its receiver. Each returns an Outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from scheduler.models import Lease, Queue
+
+
+@dataclass(frozen=True)
+class Delivered:
+    pass
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A failed attempt: retried with backoff, or after `retry_in_seconds` when the receiver said."""
+
+    error: str
+    retry_in_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Dead:
+    """The receiver said stop: finish the events as dead, no retry."""
+
+    error: str
+
+
+Outcome = Delivered | Failed | Dead
+
+
+class Deliverer(Protocol):
+    def deliver(self, queue: Queue, lease: Lease) -> Outcome: ...

@@ -1,0 +1,95 @@
+"""Wake-ups: one LISTEN connection per process turns NOTIFYs into local wake-ups.
+
+Waiters take a `mark()` before they look for work and then `wait(mark, ...)`: a notification
+that arrives between the look and the wait is not lost, because it moves the generation counter
+past the mark. While the LISTEN connection is down, every waiter is woken (so it polls), and
+`connected` is cleared so that dispatchers shorten their sleeps until it is back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+import psycopg
+import structlog
+from psycopg import sql
+
+from scheduler.db import libpq_url
+
+log = structlog.get_logger(__name__)
+
+CHANNEL = "tickler_wake"
+
+
+class WakeupListener:
+    def __init__(self, database_url: str, *, reconnect_delay: float = 0.5) -> None:
+        self._url = libpq_url(database_url)
+        self._reconnect_delay = reconnect_delay
+        self._cond = threading.Condition()
+        self._generations: dict[str, int] = {}
+        self._everything = 0  # bumped when every waiter must look (reconnects, stop)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.connected = threading.Event()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> WakeupListener:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tickler-listen", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.poke()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # -- waiting ----------------------------------------------------------------------------------
+
+    def mark(self, queues: Iterable[str]) -> tuple[int, ...]:
+        with self._cond:
+            return (self._everything, *(self._generations.get(q, 0) for q in sorted(set(queues))))
+
+    def wait(self, queues: Iterable[str], mark: tuple[int, ...], timeout: float) -> bool:
+        """Block until a queue of `queues` is notified after `mark`, or `timeout` seconds; True if woken."""
+        names = sorted(set(queues))
+        with self._cond:
+            return self._cond.wait_for(lambda: self._moved(names, mark), timeout=max(0.0, timeout))
+
+    def _moved(self, names: list[str], mark: tuple[int, ...]) -> bool:
+        now = (self._everything, *(self._generations.get(q, 0) for q in names))
+        return now != mark or self._stopping.is_set()
+
+    def poke(self, queue: str | None = None) -> None:
+        """Wake waiters locally: those of `queue`, or all of them."""
+        with self._cond:
+            if queue is None:
+                self._everything += 1
+            else:
+                self._generations[queue] = self._generations.get(queue, 0) + 1
+            self._cond.notify_all()
+
+    # -- the LISTEN connection --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                with psycopg.connect(self._url, autocommit=True, application_name="tickler-listen") as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                    self.connected.set()
+                    self.poke()  # anything sent while we were not listening: look now
+                    while not self._stopping.is_set():
+                        for notification in conn.notifies(timeout=1.0):
+                            self.poke(notification.payload)
+                            if self._stopping.is_set():
+                                break
+            except psycopg.Error as error:
+                if not self._stopping.is_set():
+                    log.warning("listen_connection_lost", error=str(error))
+            finally:
+                self.connected.clear()
+                self.poke()
+            self._stopping.wait(self._reconnect_delay)

@@ -1,0 +1,112 @@
+"""The embeddable worker (SPEC §5): register a handler per queue, then run.
+
+    from scheduler.worker import Worker
+
+    worker = Worker()                      # settings from TICKLER_* environment variables
+
+    @worker.handler("emails")
+    def send(event): ...                   # returning = delivered, raising = failed attempt
+
+    @worker.group_handler("digests")
+    def digest(events): ...                # all due events of one group, one lease
+
+    worker.run()                           # until SIGTERM / SIGINT
+
+Same claims, leases, retries and timeline as every other delivery mode.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import sqlalchemy as sa
+
+from config import Settings
+from scheduler.db import create_engine, resolve_database_url
+from scheduler.delivery import Deliverer
+from scheduler.delivery.handlers import EventHandler, GroupHandler, HandlerDeliverer, Handlers
+from scheduler.delivery.webhook import WebhookDeliverer
+from scheduler.dispatcher import Dispatcher, DispatcherConfig
+from scheduler.migrate import migrate
+from scheduler.store import Store
+from scheduler.wakeup import WakeupListener
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    def __init__(
+        self,
+        handlers: Handlers | None = None,
+        *,
+        settings: Settings | None = None,
+        database_url: str | None = None,
+        name: str | None = None,
+        deliver_webhooks: bool = False,
+        engine: sa.Engine | None = None,
+        **config: Any,
+    ) -> None:
+        """`config` sets DispatcherConfig fields (batch_size, concurrency, poll_interval, ...)."""
+        self.handlers = handlers or Handlers()
+        self.settings = settings or Settings.from_env()
+        self._database_url = database_url
+        self._engine = engine
+        self.name = name or default_worker_name()
+        self.deliver_webhooks = deliver_webhooks
+        self._config = config
+        self._dispatcher: Dispatcher | None = None
+        self._done = threading.Event()
+
+    def handler(self, queue: str) -> Callable[[EventHandler], EventHandler]:
+        return self.handlers.handler(queue)
+
+    def group_handler(self, queue: str) -> Callable[[GroupHandler], GroupHandler]:
+        return self.handlers.group_handler(queue)
+
+    def start(self) -> Dispatcher:
+        """Start delivering in background threads; returns the dispatcher (stop it with stop())."""
+        url = self._database_url or resolve_database_url(self.settings.database_url, self.settings.data_dir)
+        if self._engine is None:
+            if self.settings.migrate_on_start:
+                migrate(url)
+            self._engine = create_engine(url, pool_size=self.settings.pool_size)
+        handler_deliverer = HandlerDeliverer(self.handlers)
+        deliverers: dict[str, Deliverer] = {queue: handler_deliverer for queue in self.handlers.queues}
+        self._dispatcher = Dispatcher(
+            Store(self._engine),
+            WakeupListener(url),
+            DispatcherConfig(worker_name=self.name, **self._config),
+            deliverers=deliverers,
+            webhook=WebhookDeliverer() if self.deliver_webhooks else None,
+        ).start()
+        return self._dispatcher
+
+    def stop(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.stop()
+        self._done.set()
+
+    def run(self) -> None:
+        """Deliver until SIGTERM or SIGINT, then stop gracefully (see Dispatcher.stop)."""
+        self.start()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            threading.Thread(target=self.stop, name="tickler-stop").start()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not self._done.wait(1.0):
+                pass
+            if self._dispatcher is not None:
+                self._dispatcher.wait_stopped(timeout=self._dispatcher.config.shutdown_grace + 10)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
