@@ -4,8 +4,11 @@ app over it, and tokens. Everything talks to a real PostgreSQL; nothing is mocke
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,19 +22,26 @@ from api import create_app
 from config import Settings
 from scheduler.db import create_engine, libpq_url
 from scheduler.migrate import migrate
-from scheduler.store import Store
+from scheduler.models import Queue
+from scheduler.store import QueueSettings, Store
 from tests import pg
 
 TABLES = "tickler_event, tickler_timeline, tickler_queue_count, tickler_token, tickler_queue"
 
 
 @pytest.fixture(scope="session")
-def admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+def admin_url() -> Iterator[str]:
     """A PostgreSQL server on which the tests may create databases."""
     external = os.environ.get("TICKLER_TEST_DATABASE_URL")
     if external:
-        return external
-    return pg.start_embedded_server(tmp_path_factory.mktemp("pg") / "data")
+        yield external
+        return
+    # Not under pytest's tmp_path: pytest prunes old base directories, which could remove the
+    # data of a server another test session (running at the same time) still uses.
+    directory = Path(tempfile.mkdtemp(prefix="tickler-test-pg-"))
+    yield pg.start_embedded_server(directory / "data")
+    pg.stop_embedded_server()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +91,20 @@ def store(engine: sa.Engine) -> Store:
 def app(settings: Settings) -> Iterator[Flask]:
     app = create_app(settings, configure_logs=False)
     yield app
+    listener = app.extensions.get("tickler.listener")
+    if listener is not None:
+        listener.stop()
     app.extensions["tickler"].store.engine.dispose()
+
+
+@pytest.fixture
+def make_queue(store: Store) -> Callable[..., Queue]:
+    """Create a queue straight in the store: make_queue("emails", lease_seconds=5, ...)."""
+
+    def make(name: str, **wanted: Any) -> Queue:
+        return store.queues.put(name, QueueSettings(**wanted), Settings()).queue
+
+    return make
 
 
 @pytest.fixture

@@ -27,8 +27,18 @@ def start_embedded_server(directory: Path) -> str:
         conn.execute("ALTER SYSTEM SET full_page_writes = off")
         conn.execute("ALTER SYSTEM SET max_connections = 200")
         conn.execute("SELECT pg_reload_conf()")
-    start_embedded_server.keep = server  # type: ignore[attr-defined]
+    _servers.append(server)
     return url
+
+
+_servers: list[object] = []
+
+
+def stop_embedded_server() -> None:
+    """Stop the servers this process started (pgserver stops one when its last handle goes)."""
+    while _servers:
+        server = _servers.pop()
+        server.cleanup()  # type: ignore[attr-defined]
 
 
 def with_database(url: str, name: str) -> str:

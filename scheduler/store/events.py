@@ -137,9 +137,8 @@ class EventStore:
         conflicts = [row["item_key"] for row in rows if not row["written"]]
         existing_ids: dict[str, int] = {}
         if conflicts and len(events) > 1:
-            existing_ids = dict(
-                conn.execute(q("open_event_ids"), {"queue": queue.name, "item_keys": conflicts}).tuples().all()
-            )
+            rows_found = conn.execute(q("open_event_ids"), {"queue": queue.name, "item_keys": conflicts})
+            existing_ids = {row.item_key: row.id for row in rows_found}
         not_written = {"reject": "rejected", "ignore": "ignored", "replace": "rejected"}[on_conflict]
         results = []
         for row in rows:

@@ -78,7 +78,7 @@ class QueueStore:
     def counts(self, name: str, now: datetime | None = None) -> dict[str, int]:
         """Events of the queue by status; reads counters and the small set of open, due rows."""
         with self.engine.connect() as conn:
-            states = dict(conn.execute(q("queue_state_counts"), {"queue": name}).tuples().all())
+            states = {row.state: row.n for row in conn.execute(q("queue_state_counts"), {"queue": name})}
             live = conn.execute(q("queue_live_counts"), {"queue": name, "now": now}).mappings().one()
         open_events = int(states.get("open", 0))
         return {

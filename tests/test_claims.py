@@ -1,0 +1,237 @@
+"""Claims and leases at the store level, with real concurrent transactions."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from scheduler.errors import StaleLease
+from scheduler.models import Lease, NewEvent, Queue
+from scheduler.store import Store
+
+
+def schedule(store: Store, queue: Queue, *events: NewEvent) -> None:
+    results = store.events.schedule_batch(queue, list(events), actor="test")
+    assert all(r.outcome == "created" for r in results)
+
+
+def db_now(raw: psycopg.Connection[Any]) -> Any:
+    return raw.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+
+
+def test_classic_race_two_pollers_batch_two_three_events(store: Store, make_queue: Callable[..., Queue]) -> None:
+    queue = make_queue("race")
+    schedule(store, queue, *(NewEvent(item_key=f"e{i}", data={}) for i in range(3)))
+    barrier = threading.Barrier(2)
+
+    def poll(worker: str) -> list[int]:
+        barrier.wait()
+        seen: list[int] = []
+        while leases := store.leases.claim(queue, worker=worker, limit=2):
+            seen += [e.id for lease in leases for e in lease.events]
+            store.leases.ack([lease.lease_id for lease in leases])
+        return seen
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(poll, ["a", "b"])
+    assert sorted(a + b) == [1, 2, 3]
+    assert store.queues.counts("race")["delivered"] == 3
+
+
+def test_claim_sets_lease_fields_and_timeline(store: Store, make_queue: Callable[..., Queue]) -> None:
+    queue = make_queue("emails", lease_seconds=30)
+    schedule(store, queue, NewEvent(item_key="k", data={"a": 1}))
+    [lease] = store.leases.claim(queue, worker="svc/w1", limit=10)
+    [event] = lease.events
+    assert event.status == "in_flight" and event.claimed_by == "svc/w1"
+    assert lease.expires_at - event.claimed_on == timedelta(seconds=30)  # type: ignore[operator]
+    assert store.events.get("emails", "k").status == "in_flight"
+    entry = store.events.timeline("emails", "k")[-1]
+    assert (entry.action, entry.actor, entry.details["attempt"]) == ("claimed", "svc/w1", 1)
+    assert entry.details["lease_id"] == lease.lease_id
+
+
+def test_future_events_are_not_claimed(store: Store, make_queue: Callable[..., Queue]) -> None:
+    queue = make_queue("emails")
+    schedule(store, queue, NewEvent(item_key="later", data={}, delay_seconds=60))
+    assert store.leases.claim(queue, worker="w", limit=10) == []
+    later = store.events.get("emails", "later").schedule_on
+    [lease] = store.leases.claim(queue, worker="w", limit=10, now=later)
+    assert lease.events[0].item_key == "later"
+
+
+def test_group_is_claimed_whole_and_a_future_member_does_not_block_it(
+    store: Store, make_queue: Callable[..., Queue]
+) -> None:
+    queue = make_queue("digests")
+    schedule(
+        store, queue,
+        NewEvent(item_key="a1", group_key="ana", data={}),
+        NewEvent(item_key="a2", group_key="ana", data={}),
+        NewEvent(item_key="a-future", group_key="ana", data={}, delay_seconds=3600),
+        NewEvent(item_key="b1", group_key="bob", data={}),
+    )
+    leases = store.leases.claim(queue, worker="w", limit=10, groups_first=True)
+    by_group = {lease.group_key: sorted(e.item_key for e in lease.events) for lease in leases}
+    assert by_group == {"ana": ["a1", "a2"], "bob": ["b1"]}
+    assert store.events.get("digests", "a-future").status == "pending"
+
+
+def test_one_lease_per_group_at_a_time(store: Store, make_queue: Callable[..., Queue]) -> None:
+    queue = make_queue("digests")
+    schedule(store, queue, NewEvent(item_key="a1", group_key="ana", data={}))
+    [first] = store.leases.claim(queue, worker="w1", limit=10)
+    # A new due event of a group that holds a live lease waits for that lease to end.
+    schedule(store, queue, NewEvent(item_key="a2", group_key="ana", data={}))
+    assert store.leases.claim(queue, worker="w2", limit=10) == []
+    store.leases.ack([first.lease_id])
+    [second] = store.leases.claim(queue, worker="w2", limit=10)
+    assert [e.item_key for e in second.events] == ["a2"]
+
+
+def test_six_concurrent_claimers_never_split_or_duplicate_a_group(
+    store: Store, make_queue: Callable[..., Queue]
+) -> None:
+    queue = make_queue("digests")
+    groups, per_group = 60, 5
+    schedule(
+        store, queue,
+        *(NewEvent(item_key=f"g{g}-e{i}", group_key=f"g{g}", data={}) for g in range(groups) for i in range(per_group)),
+        *(NewEvent(item_key=f"solo{i}", data={}) for i in range(30)),
+    )
+    barrier = threading.Barrier(6)
+
+    def claimer(n: int) -> list[Lease]:
+        barrier.wait()
+        mine: list[Lease] = []
+        while leases := store.leases.claim(queue, worker=f"w{n}", limit=3, groups_first=n % 2 == 0):
+            mine += leases
+            store.leases.ack([lease.lease_id for lease in leases])
+        return mine
+
+    with ThreadPoolExecutor(6) as pool:
+        all_leases = [lease for leases in pool.map(claimer, range(6)) for lease in leases]
+    event_ids = Counter(e.id for lease in all_leases for e in lease.events)
+    assert len(event_ids) == groups * per_group + 30 and set(event_ids.values()) == {1}
+    group_leases = Counter(lease.group_key for lease in all_leases if lease.group_key)
+    assert len(group_leases) == groups and set(group_leases.values()) == {1}  # never split
+    assert all(len(lease.events) == per_group for lease in all_leases if lease.group_key)
+
+
+def test_stale_ack_after_expiry_and_reclaim_is_refused(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    queue = make_queue("emails", lease_seconds=10)
+    schedule(store, queue, NewEvent(item_key="k", data={}))
+    [old] = store.leases.claim(queue, worker="slow", limit=1)
+    later = db_now(raw) + timedelta(seconds=11)
+    assert store.leases.expire(now=later) == {"emails": 1}
+    [new] = store.leases.claim(queue, worker="fast", limit=1, now=later)
+    with pytest.raises(StaleLease):
+        store.leases.ack_one(old.lease_id, now=later)
+    with pytest.raises(StaleLease):
+        store.leases.nack(old.lease_id, error="late", now=later)
+    with pytest.raises(StaleLease):
+        store.leases.extend(old.lease_id, seconds=30, now=later)
+    store.leases.ack_one(new.lease_id, now=later)
+    event = store.events.get("emails", "k")
+    assert (event.status, event.redeliver_count, event.dequeued_by) == ("delivered", 1, "fast")
+    actions = [(t.action, t.actor) for t in store.events.timeline("emails", "k")]
+    assert actions == [("enqueued", "test"), ("claimed", "slow"), ("lease_expired", "tickler"),
+                       ("claimed", "fast"), ("delivered", "fast")]
+
+
+def test_an_expired_lease_cannot_be_finished_even_before_it_is_reaped(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    queue = make_queue("emails", lease_seconds=5)
+    schedule(store, queue, NewEvent(item_key="k", data={}))
+    [lease] = store.leases.claim(queue, worker="w", limit=1)
+    with pytest.raises(StaleLease):
+        store.leases.ack_one(lease.lease_id, now=db_now(raw) + timedelta(seconds=6))
+    assert store.events.get("emails", "k").status == "in_flight"
+
+
+def test_nack_counts_redelivery_backs_off_and_ends_dead(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    queue = make_queue("emails", max_attempts=3, backoff_initial_seconds=10, backoff_multiplier=3,
+                       backoff_max_seconds=60)
+    schedule(store, queue, NewEvent(item_key="k", data={}))
+    now = db_now(raw)
+    delays = []
+    for attempt in range(1, 4):
+        [lease] = store.leases.claim(queue, worker="w", limit=1, now=now)
+        result = store.leases.nack(lease.lease_id, error=f"boom {attempt}", now=now)
+        event = store.events.get("emails", "k", now=now)
+        if attempt < 3:
+            assert (result.retried, result.dead) == (1, 0)
+            assert event.redeliver_count == attempt and event.last_error == f"boom {attempt}"
+            delays.append((event.schedule_on - now).total_seconds())
+            now = event.schedule_on
+        else:
+            assert (result.retried, result.dead) == (0, 1)
+            assert (event.status, event.redeliver_count) == ("dead", 2)
+    # exponential with jitter: 10 * 3^n, scaled into [0.75, 1]
+    assert 7.5 <= delays[0] <= 10 and 22.5 <= delays[1] <= 30
+    actions = [t.action for t in store.events.timeline("emails", "k")]
+    assert actions == ["enqueued", "claimed", "failed", "claimed", "failed", "claimed", "dead"]
+
+
+def test_nack_retry_in_seconds_and_dead_flag(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    queue = make_queue("emails")
+    schedule(store, queue, NewEvent(item_key="a", data={}), NewEvent(item_key="b", data={}))
+    now = db_now(raw)
+    a, b = store.leases.claim(queue, worker="w", limit=2, now=now)
+    store.leases.nack(a.lease_id, error="later please", retry_in_seconds=120, now=now)
+    assert store.events.get("emails", a.events[0].item_key).schedule_on == now + timedelta(seconds=120)
+    store.leases.nack(b.lease_id, error="gone", dead=True, now=now)
+    dead = store.events.get("emails", b.events[0].item_key)
+    assert (dead.status, dead.redeliver_count) == ("dead", 0)
+    assert store.events.timeline("emails", dead.item_key)[-1].details["reason"] == "receiver said stop"
+
+
+def test_extend_keeps_the_lease_alive(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    queue = make_queue("emails", lease_seconds=5)
+    schedule(store, queue, NewEvent(item_key="k", data={}))
+    now = db_now(raw)
+    [lease] = store.leases.claim(queue, worker="w", limit=1, now=now)
+    expires = store.leases.extend(lease.lease_id, seconds=60, now=now + timedelta(seconds=4))
+    assert expires == now + timedelta(seconds=64)
+    assert store.leases.expire(now=now + timedelta(seconds=30)) == {}
+    store.leases.ack_one(lease.lease_id, now=now + timedelta(seconds=30))
+
+
+def test_release_makes_events_claimable_at_once_without_counting(
+    store: Store, make_queue: Callable[..., Queue]
+) -> None:
+    queue = make_queue("emails", lease_seconds=300)
+    schedule(store, queue, NewEvent(item_key="k", data={}))
+    [lease] = store.leases.claim(queue, worker="w1", limit=1)
+    assert store.leases.release([lease.lease_id], actor="w1") == 1
+    [again] = store.leases.claim(queue, worker="w2", limit=1)
+    assert again.events[0].redeliver_count == 0
+    assert [t.action for t in store.events.timeline("emails", "k")] == ["enqueued", "claimed", "released", "claimed"]
+
+
+def test_lease_expiry_on_the_last_attempt_ends_dead(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    queue = make_queue("emails", lease_seconds=5, max_attempts=1)
+    schedule(store, queue, NewEvent(item_key="k", data={}))
+    store.leases.claim(queue, worker="w", limit=1)
+    store.leases.expire(now=db_now(raw) + timedelta(seconds=6))
+    event = store.events.get("emails", "k")
+    assert (event.status, event.dequeued_by) == ("dead", "tickler")
+    assert [t.action for t in store.events.timeline("emails", "k")][-2:] == ["lease_expired", "dead"]
