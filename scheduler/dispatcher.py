@@ -15,7 +15,6 @@ import queue as queue_module
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -86,7 +85,10 @@ class Dispatcher:
         self.config = config
         self.deliverers = dict(deliverers or {})
         self.webhook = webhook
-        self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="tickler-deliver")
+        # Deliveries run on daemon threads fed by this queue, not a ThreadPoolExecutor: the
+        # interpreter joins an executor's threads at exit, so one handler still hung after the
+        # grace period would keep a stopped worker process alive forever.
+        self._work: queue_module.Queue[tuple[Queue, Lease, float] | None] = queue_module.Queue()
         self._done: queue_module.Queue[_Done] = queue_module.Queue()
         self._lock = threading.Condition()
         self._in_flight: dict[str, int] = {}
@@ -112,6 +114,8 @@ class Dispatcher:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+        for n in range(self.config.concurrency):
+            threading.Thread(target=self._delivery_loop, name=f"tickler-deliver-{n}", daemon=True).start()
         log.info("dispatcher_started", worker=self.config.worker_name, queues=sorted(self.deliverers),
                  webhooks=self.webhook is not None)
         return self
@@ -146,7 +150,8 @@ class Dispatcher:
         self._done.put(_STOP)
         for thread in self._threads:
             thread.join(timeout=max(0.1, deadline - time.monotonic()) + 5)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for _ in range(self.config.concurrency):
+            self._work.put(None)  # idle delivery threads end; hung ones die with the process
         self._scheduler.shutdown(wait=False)
         self.listener.stop()
         self._stopped.set()
@@ -194,9 +199,16 @@ class Dispatcher:
         failures = 0
         while not self._stopping.is_set():
             try:
+                # The mark comes first: whatever is notified from here on wakes the wait below.
+                # Serving webhooks, any queue may turn out to be one: wake for every queue.
+                wait_on = None if self.webhook is not None else sorted(self.deliverers)
+                mark = self.listener.mark(wait_on)
+                if self.listener.take_recent() - {q.name for q in self._routes.queues}:
+                    # Settings changed, a queue we do not know yet (maybe a new webhook queue), or
+                    # notifications were missed: read the queues again now.
+                    self._routes.read_at = float("-inf")
                 queues = self._queues()
                 names = [q.name for q in queues]
-                mark = self.listener.mark(names)
                 claimed, open_names = 0, []
                 for queue in queues:
                     free = self._free(queue.name)
@@ -221,7 +233,7 @@ class Dispatcher:
                     timeout = plan.seconds
                 if not self.listener.connected.is_set():
                     timeout = min(timeout, 0.5)
-                self.listener.wait(names, mark, timeout)
+                self.listener.wait(wait_on, mark, timeout)
             except DATABASE_ERRORS as error:
                 failures += 1
                 delay = min(5.0, 0.1 * 2**failures)
@@ -234,10 +246,24 @@ class Dispatcher:
     def _submit(self, queue: Queue, leases: list[Lease]) -> None:
         claimed_at = time.monotonic()
         with self._lock:
-            self._in_flight[queue.name] = self._in_flight.get(queue.name, 0) + len(leases)
-            self._not_started.update(lease.lease_id for lease in leases)
+            stopping = self._stopping.is_set()
+            if not stopping:
+                self._in_flight[queue.name] = self._in_flight.get(queue.name, 0) + len(leases)
+                self._not_started.update(lease.lease_id for lease in leases)
+        if stopping:
+            # Claimed while stop() was giving back the leases not started: it did not see these,
+            # and no delivery thread will start them; give them back too, or they wait for expiry.
+            try:
+                self.store.leases.release([lease.lease_id for lease in leases], actor=self.config.worker_name)
+            except DATABASE_ERRORS as error:
+                log.warning("release_failed", error=str(error))  # they will expire and be redelivered
+            return
         for lease in leases:
-            self._pool.submit(self._deliver, queue, lease, claimed_at)
+            self._work.put((queue, lease, claimed_at))
+
+    def _delivery_loop(self) -> None:
+        while (item := self._work.get()) is not None:
+            self._deliver(*item)
 
     # -- delivering -------------------------------------------------------------------------------
 

@@ -263,7 +263,9 @@ SELECT
        AND NOT coalesce(e.lease_expires_on > clock.now, false)) AS due;
 
 -- name: upsert_queue
--- Create a queue or change its settings; `created` tells which.
+-- Create a queue or change its settings; `created` tells which. Dispatchers are woken, so that
+-- they start serving a new webhook queue at once.
+WITH upserted AS (
 INSERT INTO tickler_queue AS q (
     name, delivery_mode, webhook_url, webhook_timeout_seconds, signing_secret,
     lease_seconds, max_attempts, backoff_initial_seconds, backoff_max_seconds, backoff_multiplier)
@@ -289,7 +291,10 @@ ON CONFLICT (name) DO UPDATE SET
     backoff_max_seconds = excluded.backoff_max_seconds,
     backoff_multiplier = excluded.backoff_multiplier,
     updated_on = now()
-RETURNING q.*, (q.xmax = 0) AS created;
+RETURNING q.*, (q.xmax = 0) AS created
+),
+wake AS (SELECT pg_notify('tickler_wake', '~' || name) FROM upserted)  -- '~': settings changed
+SELECT u.* FROM upserted AS u CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
 
 -- name: get_queue
 -- One queue's settings.
@@ -322,16 +327,21 @@ WHERE token_hash = :token_hash AND revoked_on IS NULL;
 SELECT name FROM tickler_queue WHERE name = ANY(CAST(:queues AS text[])) ORDER BY name FOR UPDATE;
 
 -- name: next_due
--- The earliest schedule_on among claimable events of these queues (NULL: none).
+-- The earliest schedule_on among claimable events of these queues (NULL: none). Events of a
+-- group that holds a live lease are not claimable until it ends (its end wakes dispatchers).
 SELECT min(next_on) AS next_on FROM (
-    SELECT (SELECT schedule_on FROM tickler_event
-            WHERE queue = q AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NULL
-            ORDER BY schedule_on, id LIMIT 1) AS next_on
+    SELECT (SELECT e.schedule_on FROM tickler_event AS e
+            WHERE e.queue = q AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+            ORDER BY e.schedule_on, e.id LIMIT 1) AS next_on
     FROM unnest(CAST(:queues AS text[])) AS q
     UNION ALL
-    SELECT (SELECT schedule_on FROM tickler_event
-            WHERE queue = q AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NOT NULL
-            ORDER BY schedule_on, id LIMIT 1)
+    SELECT (SELECT e.schedule_on FROM tickler_event AS e
+            WHERE e.queue = q AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NOT NULL
+              AND NOT EXISTS (
+                  SELECT 1 FROM tickler_event AS l
+                  WHERE l.queue = e.queue AND l.group_key = e.group_key
+                    AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL)
+            ORDER BY e.schedule_on, e.id LIMIT 1)
     FROM unnest(CAST(:queues AS text[])) AS q
 ) AS candidates;
 

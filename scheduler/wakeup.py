@@ -20,6 +20,10 @@ from scheduler.db import libpq_url
 log = structlog.get_logger(__name__)
 
 CHANNEL = "tickler_wake"
+# In take_recent(): notifications may have been missed (the connection was down).
+UNKNOWN = "*"
+# A payload starting with it says a queue's settings changed (queue names never contain it).
+SETTINGS_CHANGED = "~"
 
 
 class WakeupListener:
@@ -29,6 +33,8 @@ class WakeupListener:
         self._cond = threading.Condition()
         self._generations: dict[str, int] = {}
         self._everything = 0  # bumped when every waiter must look (reconnects, stop)
+        self._any = 0  # bumped by every notification, for waiters on all queues
+        self._recent: set[str] = set()  # queues notified since take_recent()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.connected = threading.Event()
@@ -49,19 +55,36 @@ class WakeupListener:
 
     # -- waiting ----------------------------------------------------------------------------------
 
-    def mark(self, queues: Iterable[str]) -> tuple[int, ...]:
+    def mark(self, queues: Iterable[str] | None) -> tuple[int, ...]:
+        """The current state of `queues` (None: of every queue), to pass to wait()."""
         with self._cond:
-            return (self._everything, *(self._generations.get(q, 0) for q in sorted(set(queues))))
+            return self._state(None if queues is None else sorted(set(queues)))
 
-    def wait(self, queues: Iterable[str], mark: tuple[int, ...], timeout: float) -> bool:
-        """Block until a queue of `queues` is notified after `mark`, or `timeout` seconds; True if woken."""
-        names = sorted(set(queues))
+    def wait(self, queues: Iterable[str] | None, mark: tuple[int, ...], timeout: float) -> bool:
+        """Block until a queue of `queues` (None: any queue) is notified after `mark`, or for
+        `timeout` seconds; True if woken."""
+        names = None if queues is None else sorted(set(queues))
         with self._cond:
-            return self._cond.wait_for(lambda: self._moved(names, mark), timeout=max(0.0, timeout))
+            return self._cond.wait_for(
+                lambda: self._state(names) != mark or self._stopping.is_set(), timeout=max(0.0, timeout)
+            )
 
-    def _moved(self, names: list[str], mark: tuple[int, ...]) -> bool:
-        now = (self._everything, *(self._generations.get(q, 0) for q in names))
-        return now != mark or self._stopping.is_set()
+    def _state(self, names: list[str] | None) -> tuple[int, ...]:
+        if names is None:
+            return (self._everything, self._any)
+        return (self._everything, *(self._generations.get(q, 0) for q in names))
+
+    def take_recent(self) -> set[str]:
+        """The payloads notified since the last call: queue names, SETTINGS_CHANGED + name, or
+        UNKNOWN when notifications may have been missed."""
+        with self._cond:
+            recent, self._recent = self._recent, set()
+            return recent
+
+    def _notified(self, payload: str) -> None:
+        with self._cond:
+            self._recent.add(payload)
+        self.poke(payload.removeprefix(SETTINGS_CHANGED))
 
     def poke(self, queue: str | None = None) -> None:
         """Wake waiters locally: those of `queue`, or all of them."""
@@ -70,6 +93,7 @@ class WakeupListener:
                 self._everything += 1
             else:
                 self._generations[queue] = self._generations.get(queue, 0) + 1
+                self._any += 1
             self._cond.notify_all()
 
     # -- the LISTEN connection --------------------------------------------------------------------
@@ -80,10 +104,14 @@ class WakeupListener:
                 with psycopg.connect(self._url, autocommit=True, application_name="tickler-listen") as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
                     self.connected.set()
-                    self.poke()  # anything sent while we were not listening: look now
+                    with self._cond:
+                        # Notifications sent while we were not listening are lost: whoever
+                        # waits must look again, and must not assume it knows every queue.
+                        self._recent.add(UNKNOWN)
+                    self.poke()
                     while not self._stopping.is_set():
                         for notification in conn.notifies(timeout=1.0):
-                            self.poke(notification.payload)
+                            self._notified(notification.payload)
                             if self._stopping.is_set():
                                 break
             except psycopg.Error as error:

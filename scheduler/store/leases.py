@@ -14,6 +14,9 @@ from scheduler.errors import StaleLease
 from scheduler.models import Event, Lease, Queue
 from scheduler.sql import q
 
+# How soon to look again when an event is already due but was not claimed.
+DUE_NOW_RETRY = timedelta(milliseconds=5)
+
 # How many due grouped rows a group claim looks at per group it wants (groups hold several).
 GROUP_SCAN_FACTOR = 50
 
@@ -177,8 +180,8 @@ class LeaseStore:
 
         The queue rows are locked first (waiting for writers that hold them), and the next due
         time is read in a later statement; see tickler_queue.next_wake for why this loses no
-        wake-up. Due events that could not be claimed (their group is leased, or another
-        transaction holds them) do not count: waking for them would only spin.
+        wake-up. An event already due was committed after the caller's last claim, or is held by
+        a transaction that is about to commit: look again almost at once.
         """
         names = sorted(set(queues))
         with self.engine.begin() as conn:
@@ -186,8 +189,8 @@ class LeaseStore:
             db_now: datetime = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
             next_due: datetime | None = conn.execute(q("next_due"), {"queues": names}).scalar()
             wake_at = db_now + timedelta(seconds=max_seconds)
-            if next_due is not None and db_now < next_due < wake_at:
-                wake_at = next_due
+            if next_due is not None:
+                wake_at = min(wake_at, max(next_due, db_now + DUE_NOW_RETRY))
             conn.execute(q("set_next_wake"), {"queues": names, "next_wake": wake_at})
         return SleepPlan(db_now=db_now, next_due=next_due, wake_at=wake_at)
 
