@@ -31,17 +31,28 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--threads", type=int, default=8, help="HTTP worker threads (default 8)")
 
     worker = commands.add_parser("worker", help="run a dispatcher only (webhooks, and Python handlers if given)")
-    worker.add_argument("--handlers", metavar="MODULE:OBJECT",
-                        help="a scheduler.delivery.handlers.Handlers (or Worker) to run in-process")
+    worker.add_argument(
+        "--handlers",
+        metavar="MODULE:OBJECT",
+        help="a scheduler.delivery.handlers.Handlers (or Worker) to run in-process",
+    )
     worker.add_argument("--no-webhooks", action="store_true", help="do not deliver webhook queues")
     worker.add_argument("--name", help="worker name recorded as claimed_by (default host:pid)")
     worker.add_argument("--concurrency", type=int, default=32, help="delivery threads (default 32)")
     worker.add_argument("--batch-size", type=int, default=100, help="leases per claim (default 100)")
     worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    worker.add_argument("--shutdown-grace", type=float, default=10.0,
-                        help="seconds deliveries in progress may take to finish on SIGTERM (default 10)")
-    worker.add_argument("--poll-interval", type=float, default=5.0,
-                        help="safety poll: look for due events at least this often (default 5 s)")
+    worker.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=10.0,
+        help="seconds deliveries in progress may take to finish on SIGTERM (default 10)",
+    )
+    worker.add_argument(
+        "--poll-interval",
+        type=float,
+        default=5.0,
+        help="safety poll: look for due events at least this often (default 5 s)",
+    )
 
     commands.add_parser("migrate", help="apply pending database migrations (safe to run concurrently)")
 

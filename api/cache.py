@@ -11,7 +11,9 @@ V = TypeVar("V")
 
 
 class TTLCache(Generic[V]):
-    def __init__(self, seconds: float, *, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, seconds: float, *, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.seconds = seconds
         self.max_entries = max_entries
         self._clock = clock

@@ -18,7 +18,7 @@ from api.schemas import (
     SearchArgsSchema,
 )
 from scheduler import rules
-from scheduler.errors import Invalid, TooLarge
+from scheduler.errors import InFlight, Invalid, KeyConflict, TooLarge
 from scheduler.models import NewEvent
 from scheduler.store import EventChanges, SearchFilter
 from scheduler.store.events import UNSET
@@ -56,11 +56,13 @@ def _new_event(fields: dict[str, Any]) -> NewEvent:
 
 def _if_match() -> set[int] | None:
     """The versions If-Match accepts (None: any). A tag that is no version of ours matches nothing."""
-    if not request.if_match or request.if_match.star_tag:
+    # A header that is present but parses to nothing (`If-Match: ,`) still asks for a match.
+    if "If-Match" not in request.headers or request.if_match.star_tag:
         return None
     versions = set()
     for tag in request.if_match.as_set():
-        if tag.isdigit():
+        # werkzeug parses `""` as the tag None
+        if tag is not None and tag.isdigit():
             versions.add(int(tag))
     return versions
 
@@ -77,9 +79,14 @@ def schedule(queue: str) -> Response:
     target = context.visible_queue(queue)
     fields = _schedule_schema.load(context.json_body())
     _check_data(fields["data"], "data")
-    event, outcome = context.store().events.schedule(
-        target, _new_event(fields), actor=context.principal().name, on_conflict=fields["on_conflict"]
-    )
+    try:
+        event, outcome = context.store().events.schedule(
+            target, _new_event(fields), actor=context.principal().name, on_conflict=fields["on_conflict"]
+        )
+    except (KeyConflict, InFlight):
+        # Counted like a rejected item of a batch; the error handler answers 409.
+        EVENTS_SCHEDULED.labels(queue, "rejected").inc()
+        raise
     EVENTS_SCHEDULED.labels(queue, outcome).inc()
     response = _event_response(event, 202 if outcome == "created" else 200, outcome=outcome)
     response.headers["Location"] = url_for("v1.events.get_event", queue=queue, item_key=event.item_key)

@@ -12,12 +12,19 @@ MAX_WAIT_SECONDS = 20.0
 class ClaimSchema(Schema):
     """POST /v1/queues/{queue}/claims."""
 
-    worker = Text(required=True, max_length=100, validate=validate.Length(min=1),
-                  metadata={"description": "The consumer's name; claimed_by is principal/worker."})
+    worker = Text(
+        required=True,
+        max_length=100,
+        validate=validate.Length(min=1),
+        metadata={"description": "The consumer's name; claimed_by is principal/worker."},
+    )
     limit = StrictInteger(load_default=1, validate=validate.Range(min=1, max=1000))
     lease_seconds = StrictNumber(validate=validate.Range(min=0.1, max=86_400))
-    wait_seconds = StrictNumber(load_default=0.0, validate=validate.Range(min=0, max=MAX_WAIT_SECONDS),
-                                metadata={"description": "Long-poll this long for due events when none is due."})
+    wait_seconds = StrictNumber(
+        load_default=0.0,
+        validate=validate.Range(min=0, max=MAX_WAIT_SECONDS),
+        metadata={"description": "Long-poll this long for due events when none is due."},
+    )
 
 
 class NackSchema(Schema):

@@ -43,6 +43,10 @@ def claim(queue: str) -> Response:
     worker = f"{context.principal().name}/{fields['worker']}"
     deadline = time.monotonic() + fields["wait_seconds"]
     listener = _listener(current_app._get_current_object()) if fields["wait_seconds"] > 0 else None  # type: ignore[attr-defined]
+    # Pull consumers may run with no dispatcher (and so no reaper) at all: end expired leases
+    # of this queue here, so that their events are claimable again.
+    for expired_queue, n in leases_store.expire(queue=queue).items():
+        metrics.LEASE_EXPIRED.labels(expired_queue).inc(n)
     while True:
         mark = listener.mark([queue]) if listener else ()
         leases: list[Lease] = leases_store.claim(
@@ -88,13 +92,15 @@ def nack(lease_id: str) -> Response:
     metrics.FAILED.labels(queue).inc()
     if result.dead:
         metrics.DEAD.labels(queue).inc(result.dead)
-    return jsonify({
-        "lease_id": lease_id,
-        "status": "dead" if result.dead and not result.retried else "retrying",
-        "dead": result.dead,
-        "retrying": result.retried,
-        "retry_at": format_timestamp(result.retry_at),
-    })
+    return jsonify(
+        {
+            "lease_id": lease_id,
+            "status": "dead" if result.dead and not result.retried else "retrying",
+            "dead": result.dead,
+            "retrying": result.retried,
+            "retry_at": format_timestamp(result.retry_at),
+        }
+    )
 
 
 @leases_bp.post("/<lease_id>/extend")

@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 
 from flask import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client import multiprocess
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
 HTTP_REQUESTS = Counter(
     "tickler_http_requests_total", "HTTP requests by route, method and status.", ["route", "method", "status"]

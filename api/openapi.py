@@ -7,10 +7,21 @@ from typing import Any
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 
-from api import schemas
+from api import lease_schemas, schemas
 
-QUEUE = {"name": "queue", "in": "path", "required": True, "schema": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,62}$"}}
-ITEM_KEY = {"name": "item_key", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+QUEUE = {
+    "name": "queue",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,62}$"},
+}
+ITEM_KEY = {
+    "name": "item_key",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+}
+LEASE_ID = {"name": "lease_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
 IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"}}
 
 
@@ -26,7 +37,11 @@ def _body(schema: str) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
-COMMON = {"400": _problem("Invalid request"), "401": _problem("No or bad token"), "404": _problem("No such queue or key")}
+COMMON = {
+    "400": _problem("Invalid request"),
+    "401": _problem("No or bad token"),
+    "404": _problem("No such queue or key"),
+}
 
 
 def build_spec(version: str) -> dict[str, Any]:
@@ -54,10 +69,15 @@ def build_spec(version: str) -> dict[str, Any]:
         "PutQueue": schemas.PutQueueSchema,
         "Queue": schemas.QueueSchema,
         "QueueList": schemas.QueueListSchema,
+        "Claim": lease_schemas.ClaimSchema,
+        "ClaimResult": lease_schemas.ClaimResultSchema,
+        "Nack": lease_schemas.NackSchema,
+        "Extend": lease_schemas.ExtendSchema,
+        "LeaseState": lease_schemas.LeaseStateSchema,
     }.items():
         spec.components.schema(name, schema=schema)
 
-    secured = [{"bearer": []}]
+    secured: list[dict[str, list[str]]] = [{"bearer": []}]
     spec.path(
         path="/v1/queues/{queue}/events",
         parameters=[QUEUE],
@@ -153,8 +173,13 @@ def build_spec(version: str) -> dict[str, Any]:
     )
     spec.path(
         path="/v1/queues",
-        operations={"get": {"summary": "Queues the caller may use", "security": secured,
-                            "responses": {"200": _json("QueueList"), "401": COMMON["401"]}}},
+        operations={
+            "get": {
+                "summary": "Queues the caller may use",
+                "security": secured,
+                "responses": {"200": _json("QueueList"), "401": COMMON["401"]},
+            }
+        },
     )
     spec.path(
         path="/v1/queues/{queue}",
@@ -164,8 +189,12 @@ def build_spec(version: str) -> dict[str, Any]:
                 "summary": "Create (201) or change (200) a queue; admin",
                 "security": secured,
                 "requestBody": _body("PutQueue"),
-                "responses": {"201": _json("Queue", "Created"), "200": _json("Queue", "Changed"),
-                              "403": _problem("Not an admin"), **COMMON},
+                "responses": {
+                    "201": _json("Queue", "Created"),
+                    "200": _json("Queue", "Changed"),
+                    "403": _problem("Not an admin"),
+                    **COMMON,
+                },
             },
             "get": {
                 "summary": "A queue's settings and its counts by status",
@@ -174,8 +203,48 @@ def build_spec(version: str) -> dict[str, Any]:
             },
         },
     )
+    _lease_paths(spec, secured)
     for path, summary in (("/healthz", "The process is alive"), ("/readyz", "The database is reachable and migrated")):
-        spec.path(path=path, operations={"get": {"summary": summary, "responses": {
-            "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}},
-            "503": _problem("Not ready")}}})
+        spec.path(
+            path=path,
+            operations={
+                "get": {
+                    "summary": summary,
+                    "responses": {
+                        "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}},
+                        "503": _problem("Not ready"),
+                    },
+                }
+            },
+        )
     return spec.to_dict()
+
+
+def _lease_paths(spec: APISpec, secured: list[dict[str, list[str]]]) -> None:
+    """Pull consumers: claims, and ack / nack / extend of a lease."""
+    spec.path(
+        path="/v1/queues/{queue}/claims",
+        parameters=[QUEUE],
+        operations={
+            "post": {
+                "summary": "Claim due events under leases (long-polls up to wait_seconds)",
+                "security": secured,
+                "requestBody": _body("Claim"),
+                "responses": {"200": _json("ClaimResult"), **COMMON},
+            }
+        },
+    )
+    stale = _problem("The lease expired, was finished, or never existed")
+    for action, summary, body in (
+        ("ack", "All events of the lease were delivered", None),
+        ("nack", "Delivery failed: retry with backoff, or finish as dead", "Nack"),
+        ("extend", "Heartbeat: extend the lease", "Extend"),
+    ):
+        operation: dict[str, Any] = {
+            "summary": summary,
+            "security": secured,
+            "responses": {"200": _json("LeaseState"), "409": stale, **COMMON},
+        }
+        if body:
+            operation["requestBody"] = _body(body)
+        spec.path(path=f"/v1/leases/{{lease_id}}/{action}", parameters=[LEASE_ID], operations={"post": operation})

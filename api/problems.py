@@ -107,8 +107,9 @@ def register_error_handlers(app: Flask, event_json: Any) -> None:
         # Validation should have caught this; the database is the last line. Still a client
         # value, so a 400 and nothing written (the transaction rolled back).
         log.warning("value_refused_by_database", error=str(error.orig))
-        return problem(400, "The request is not valid", "The database refused a value of this request.",
-                       slug="validation")
+        return problem(
+            400, "The request is not valid", "The database refused a value of this request.", slug="validation"
+        )
 
     @app.errorhandler(sqlalchemy.exc.OperationalError)
     def _database_down(error: sqlalchemy.exc.OperationalError) -> Response:

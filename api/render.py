@@ -26,7 +26,9 @@ def etag(event: Event) -> str:
     return f'"{event.version}"'
 
 
-def queue_json(queue: Queue, *, counts: dict[str, int] | None = None, signing_secret: str | None = None) -> dict[str, Any]:
+def queue_json(
+    queue: Queue, *, counts: dict[str, int] | None = None, signing_secret: str | None = None
+) -> dict[str, Any]:
     delivery: dict[str, Any] = {"mode": queue.delivery_mode}
     if queue.delivery_mode == "webhook":
         delivery["url"] = queue.webhook_url

@@ -157,7 +157,10 @@ class BatchSchema(Schema):
         first_seen: dict[str, int] = {}
         duplicates: dict[int, dict[str, list[str]]] = {}
         for index, event in enumerate(value):
-            key = event["item_key"]
+            # An item that failed its own validation may be absent here or lack its key.
+            key = event.get("item_key") if isinstance(event, dict) else None
+            if key is None:
+                continue
             if key in first_seen:
                 message = f"Also the key of events[{first_seen[key]}]; keys in a batch must differ."
                 duplicates[index] = {"item_key": [message]}

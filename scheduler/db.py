@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from pathlib import Path
@@ -47,9 +48,9 @@ def start_embedded(data_dir: Path) -> str:
             with warnings.catch_warnings():
                 # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver then uses /tmp, which is fine.
                 warnings.simplefilter("ignore")
-                import pgserver
+                from pgserver import get_server
 
-                server = pgserver.get_server(data_dir / "pgdata", cleanup_mode="stop")
+                server = get_server(data_dir / "pgdata", cleanup_mode="stop")
             _embedded_servers[data_dir] = server
     admin_url = server.get_uri()
     _ensure_database(admin_url, EMBEDDED_DATABASE)
@@ -61,10 +62,9 @@ def _ensure_database(admin_url: str, name: str) -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         if exists:
             return
-        try:
+        # another tickler process may create it at the same moment
+        with contextlib.suppress(psycopg.errors.DuplicateDatabase):
             conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
-        except psycopg.errors.DuplicateDatabase:
-            pass  # another tickler process created it at the same moment
 
 
 def resolve_database_url(database_url: str, data_dir: Path) -> str:

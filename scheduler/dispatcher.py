@@ -105,10 +105,17 @@ class Dispatcher:
 
     def start(self) -> Dispatcher:
         self.listener.start()
-        self._scheduler.add_job(self._safety_poll, "interval", seconds=self.config.poll_interval,
-                                id="safety_poll", max_instances=1, coalesce=True)
-        self._scheduler.add_job(self._reap, "interval", seconds=self.config.reap_interval,
-                                id="lease_reaper", max_instances=1, coalesce=True)
+        self._scheduler.add_job(
+            self._safety_poll,
+            "interval",
+            seconds=self.config.poll_interval,
+            id="safety_poll",
+            max_instances=1,
+            coalesce=True,
+        )
+        self._scheduler.add_job(
+            self._reap, "interval", seconds=self.config.reap_interval, id="lease_reaper", max_instances=1, coalesce=True
+        )
         self._scheduler.start()
         for target, name in ((self._claim_loop, "tickler-claim"), (self._finish_loop, "tickler-finish")):
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -116,8 +123,12 @@ class Dispatcher:
             self._threads.append(thread)
         for n in range(self.config.concurrency):
             threading.Thread(target=self._delivery_loop, name=f"tickler-deliver-{n}", daemon=True).start()
-        log.info("dispatcher_started", worker=self.config.worker_name, queues=sorted(self.deliverers),
-                 webhooks=self.webhook is not None)
+        log.info(
+            "dispatcher_started",
+            worker=self.config.worker_name,
+            queues=sorted(self.deliverers),
+            webhooks=self.webhook is not None,
+        )
         return self
 
     def stop(self) -> None:
@@ -191,8 +202,9 @@ class Dispatcher:
     def _free(self, queue: str) -> int:
         with self._lock:
             total = sum(self._in_flight.values())
-            return max(0, min(self.config.queue_concurrency - self._in_flight.get(queue, 0),
-                              self.config.concurrency - total))
+            return max(
+                0, min(self.config.queue_concurrency - self._in_flight.get(queue, 0), self.config.concurrency - total)
+            )
 
     def _claim_loop(self) -> None:
         groups_first = False
@@ -208,7 +220,6 @@ class Dispatcher:
                     # notifications were missed: read the queues again now.
                     self._routes.read_at = float("-inf")
                 queues = self._queues()
-                names = [q.name for q in queues]
                 claimed, open_names = 0, []
                 for queue in queues:
                     free = self._free(queue.name)
@@ -216,7 +227,9 @@ class Dispatcher:
                         continue
                     open_names.append(queue.name)
                     leases = self.store.leases.claim(
-                        queue, worker=self.config.worker_name, limit=min(self.config.batch_size, free),
+                        queue,
+                        worker=self.config.worker_name,
+                        limit=min(self.config.batch_size, free),
                         groups_first=groups_first,
                     )
                     groups_first = not groups_first
@@ -363,8 +376,14 @@ class Dispatcher:
                 metrics.FAILED.labels(d.queue).inc()
                 if result.dead:
                     metrics.DEAD.labels(d.queue).inc(result.dead)
-                log.info("delivery_failed", queue=d.queue, lease_id=d.lease.lease_id, error=d.outcome.error,
-                         dead=result.dead, retry_at=_iso(result.retry_at))
+                log.info(
+                    "delivery_failed",
+                    queue=d.queue,
+                    lease_id=d.lease.lease_id,
+                    error=d.outcome.error,
+                    dead=result.dead,
+                    retry_at=_iso(result.retry_at),
+                )
             except StaleLease:
                 log.warning("nack_of_stale_lease", queue=d.queue, lease_id=d.lease.lease_id)
             finished.add(d.lease.lease_id)

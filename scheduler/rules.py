@@ -21,9 +21,7 @@ MAX_DELAY_SECONDS = MAX_SCHEDULE_AHEAD.total_seconds()
 MAX_ATTEMPTS_LIMIT = 1000
 
 # RFC 3339 date-time, with "T" (or "t") and a mandatory offset ("Z" or ±hh:mm).
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
-)
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
 ON_CONFLICT_CHOICES = ("reject", "ignore", "replace")
 
 
@@ -85,7 +83,9 @@ def check_data(data: dict[str, Any], max_bytes: int) -> tuple[str, str] | None:
     refuses NUL characters and lone surrogates, so they are refused here, before any write.
     """
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    if "\\u0000" in text:
+    # Look for the NUL character itself: searching the JSON text for "\\u0000" would also
+    # refuse a string holding a backslash followed by "u0000", which jsonb stores fine.
+    if "\\u0000" in text and _has_nul(data):
         return "invalid", "Must not contain NUL characters (\\u0000)."
     try:
         size = len(text.encode("utf-8"))
@@ -94,6 +94,16 @@ def check_data(data: dict[str, Any], max_bytes: int) -> tuple[str, str] | None:
     if size > max_bytes:
         return "too_large", f"Event data is {size} bytes; the limit is {max_bytes}."
     return None
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any("\x00" in key or _has_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
 
 
 def check_text(value: str, max_length: int) -> str | None:

@@ -59,6 +59,7 @@ class Worker:
         self.settings = settings or Settings.from_env()
         self._database_url = database_url
         self._engine = engine
+        self._owns_engine = False
         self.name = name or default_worker_name()
         self.deliver_webhooks = deliver_webhooks
         self._config = config
@@ -78,6 +79,7 @@ class Worker:
             if self.settings.migrate_on_start:
                 migrate(url)
             self._engine = create_engine(url, pool_size=self.settings.pool_size)
+            self._owns_engine = True
         handler_deliverer = HandlerDeliverer(self.handlers)
         deliverers: dict[str, Deliverer] = {queue: handler_deliverer for queue in self.handlers.queues}
         self._dispatcher = Dispatcher(
@@ -92,6 +94,10 @@ class Worker:
     def stop(self) -> None:
         if self._dispatcher is not None:
             self._dispatcher.stop()
+        if self._owns_engine and self._engine is not None:
+            # An engine this worker made is closed with it: its pooled connections would otherwise
+            # stay open for the life of an embedding program (and warn when collected).
+            self._engine.dispose()
         self._done.set()
 
     def run(self) -> None:

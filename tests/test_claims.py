@@ -72,7 +72,8 @@ def test_group_is_claimed_whole_and_a_future_member_does_not_block_it(
 ) -> None:
     queue = make_queue("digests")
     schedule(
-        store, queue,
+        store,
+        queue,
         NewEvent(item_key="a1", group_key="ana", data={}),
         NewEvent(item_key="a2", group_key="ana", data={}),
         NewEvent(item_key="a-future", group_key="ana", data={}, delay_seconds=3600),
@@ -102,7 +103,8 @@ def test_six_concurrent_claimers_never_split_or_duplicate_a_group(
     queue = make_queue("digests")
     groups, per_group = 60, 5
     schedule(
-        store, queue,
+        store,
+        queue,
         *(NewEvent(item_key=f"g{g}-e{i}", group_key=f"g{g}", data={}) for g in range(groups) for i in range(per_group)),
         *(NewEvent(item_key=f"solo{i}", data={}) for i in range(30)),
     )
@@ -144,8 +146,13 @@ def test_stale_ack_after_expiry_and_reclaim_is_refused(
     event = store.events.get("emails", "k")
     assert (event.status, event.redeliver_count, event.dequeued_by) == ("delivered", 1, "fast")
     actions = [(t.action, t.actor) for t in store.events.timeline("emails", "k")]
-    assert actions == [("enqueued", "test"), ("claimed", "slow"), ("lease_expired", "tickler"),
-                       ("claimed", "fast"), ("delivered", "fast")]
+    assert actions == [
+        ("enqueued", "test"),
+        ("claimed", "slow"),
+        ("lease_expired", "tickler"),
+        ("claimed", "fast"),
+        ("delivered", "fast"),
+    ]
 
 
 def test_an_expired_lease_cannot_be_finished_even_before_it_is_reaped(
@@ -162,8 +169,9 @@ def test_an_expired_lease_cannot_be_finished_even_before_it_is_reaped(
 def test_nack_counts_redelivery_backs_off_and_ends_dead(
     store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
 ) -> None:
-    queue = make_queue("emails", max_attempts=3, backoff_initial_seconds=10, backoff_multiplier=3,
-                       backoff_max_seconds=60)
+    queue = make_queue(
+        "emails", max_attempts=3, backoff_initial_seconds=10, backoff_multiplier=3, backoff_max_seconds=60
+    )
     schedule(store, queue, NewEvent(item_key="k", data={}))
     now = db_now(raw)
     delays = []

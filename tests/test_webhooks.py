@@ -32,7 +32,9 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
 @pytest.fixture
 def dispatcher(store: Store, database_url: str) -> Iterator[Dispatcher]:
     d = Dispatcher(
-        store, WakeupListener(database_url), DispatcherConfig(worker_name="hooks-test", reap_interval=0.2),
+        store,
+        WakeupListener(database_url),
+        DispatcherConfig(worker_name="hooks-test", reap_interval=0.2),
         webhook=WebhookDeliverer(),
     ).start()
     yield d
@@ -64,8 +66,12 @@ def test_delivery_is_signed_retried_after_500_and_ids_are_stable(store: Store, d
         for delivery in (first, second):
             Webhook(secret).verify(delivery.body, delivery.headers)  # the stock verifier accepts it
             signatures = [s.split(",", 1)[1] for s in delivery.headers["webhook-signature"].split()]
-            assert published_signature(secret, delivery.headers["webhook-id"],
-                                       delivery.headers["webhook-timestamp"], delivery.body) in signatures
+            assert (
+                published_signature(
+                    secret, delivery.headers["webhook-id"], delivery.headers["webhook-timestamp"], delivery.body
+                )
+                in signatures
+            )
         assert first.headers["webhook-id"] == second.headers["webhook-id"]
         body = second.json
         assert (body["queue"], body["group_key"]) == ("hooks", None)
@@ -104,7 +110,8 @@ def test_a_group_is_delivered_in_one_request(store: Store, dispatcher: Dispatche
     with running_receiver() as receiver:
         queue, secret = webhook_queue(store, receiver)
         store.events.schedule_batch(
-            queue, [NewEvent(item_key=f"n{i}", group_key="ana@example.com", data={"i": i}) for i in range(3)],
+            queue,
+            [NewEvent(item_key=f"n{i}", group_key="ana@example.com", data={"i": i}) for i in range(3)],
             actor="billing",
         )
         [delivery] = receiver.wait_for(1)
@@ -117,8 +124,9 @@ def test_unreachable_receiver_is_a_failed_attempt(store: Store, dispatcher: Disp
     with running_receiver() as receiver:
         url = receiver.url
     # the receiver is shut down: connections are refused
-    store.queues.put("hooks", QueueSettings(delivery_mode="webhook", webhook_url=url, backoff_initial_seconds=30),
-                     Settings())
+    store.queues.put(
+        "hooks", QueueSettings(delivery_mode="webhook", webhook_url=url, backoff_initial_seconds=30), Settings()
+    )
     store.events.schedule(store.queues.get("hooks"), NewEvent(item_key="k", data={}), actor="x")
     wait_until(lambda: store.events.get("hooks", "k").redeliver_count == 1)
     assert "ConnectionError" in (store.events.get("hooks", "k").last_error or "")

@@ -71,8 +71,10 @@ class WebhookDeliverer:
         ).encode()
         now = time.time()
         secrets = [queue.signing_secret]
-        if queue.previous_signing_secret and queue.previous_secret_until and queue.previous_secret_until > datetime.now(
-            UTC
+        if (
+            queue.previous_signing_secret
+            and queue.previous_secret_until
+            and queue.previous_secret_until > datetime.now(UTC)
         ):
             secrets.append(queue.previous_signing_secret)
         msg_id = message_id(lease)
@@ -84,8 +86,11 @@ class WebhookDeliverer:
         }
         try:
             response = self._session().post(
-                queue.webhook_url, data=body, headers=headers,
-                timeout=queue.webhook_timeout_seconds, allow_redirects=False,
+                queue.webhook_url,
+                data=body,
+                headers=headers,
+                timeout=queue.webhook_timeout_seconds,
+                allow_redirects=False,
             )
         except requests.Timeout:
             return Failed(f"timed out after {queue.webhook_timeout_seconds} s")

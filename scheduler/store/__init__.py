@@ -9,7 +9,16 @@ from scheduler.store.leases import LeaseStore
 from scheduler.store.queues import QueueSettings, QueueStore
 from scheduler.store.tokens import TokenStore
 
-__all__ = ["EventChanges", "EventStore", "LeaseStore", "QueueSettings", "QueueStore", "SearchFilter", "Store", "TokenStore"]
+__all__ = [
+    "EventChanges",
+    "EventStore",
+    "LeaseStore",
+    "QueueSettings",
+    "QueueStore",
+    "SearchFilter",
+    "Store",
+    "TokenStore",
+]
 
 
 class Store:

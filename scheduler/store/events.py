@@ -84,9 +84,11 @@ class EventStore:
                     return self._by_id(conn, result.id, now), result.outcome
             # Not written: read the open event in a fresh statement, which sees every commit.
             with self.engine.connect() as conn:
-                row = conn.execute(
-                    q("get_open_event"), {"queue": queue.name, "item_key": event.item_key, "now": now}
-                ).mappings().first()
+                row = (
+                    conn.execute(q("get_open_event"), {"queue": queue.name, "item_key": event.item_key, "now": now})
+                    .mappings()
+                    .first()
+                )
             if row is None:
                 continue  # it finished meanwhile; the key is free, schedule again
             existing = Event.from_row(row)
@@ -108,7 +110,9 @@ class EventStore:
     ) -> list[ScheduleResult]:
         """Schedule many events in one statement (keys must be distinct); one result per event, in order."""
         with self.engine.begin() as conn:
-            return self._schedule(conn, queue, events, actor=actor, on_conflict=on_conflict, now=now)
+            return self._schedule(
+                conn, queue, events, actor=actor, on_conflict=on_conflict, now=now, report_conflicts=True
+            )
 
     def _schedule(
         self,
@@ -119,6 +123,7 @@ class EventStore:
         actor: str,
         on_conflict: str,
         now: datetime | None,
+        report_conflicts: bool = False,
     ) -> list[ScheduleResult]:
         params = {
             "queue": queue.name,
@@ -129,14 +134,17 @@ class EventStore:
         }
         if on_conflict == "replace":
             # A lease that ran out makes its event replaceable; end such leases first.
-            self._expire_leases(conn, queue=queue.name, item_key=events[0].item_key if len(events) == 1 else None, now=now)
+            only_key = events[0].item_key if len(events) == 1 else None
+            self._expire_leases(conn, queue=queue.name, item_key=only_key, now=now)
             rows = conn.execute(q("schedule_events_replacing"), params).mappings().all()
         else:
             rows = conn.execute(q("schedule_events"), params).mappings().all()
 
         conflicts = [row["item_key"] for row in rows if not row["written"]]
         existing_ids: dict[str, int] = {}
-        if conflicts and len(events) > 1:
+        # A batch reports the id each key conflicted with, also a batch of one; schedule()
+        # reads the whole conflicting event itself.
+        if conflicts and report_conflicts:
             rows_found = conn.execute(q("open_event_ids"), {"queue": queue.name, "item_keys": conflicts})
             existing_ids = {row.item_key: row.id for row in rows_found}
         not_written = {"reject": "rejected", "ignore": "ignored", "replace": "rejected"}[on_conflict]
@@ -154,9 +162,11 @@ class EventStore:
     def get(self, queue: str, item_key: str, *, now: datetime | None = None) -> Event:
         """The open event of the key, else its most recent one."""
         with self.engine.connect() as conn:
-            row = conn.execute(
-                q("get_latest_event"), {"queue": queue, "item_key": item_key, "now": now}
-            ).mappings().first()
+            row = (
+                conn.execute(q("get_latest_event"), {"queue": queue, "item_key": item_key, "now": now})
+                .mappings()
+                .first()
+            )
         if row is None:
             raise NotFound(f"No event with key {item_key!r} in queue {queue!r}.")
         return Event.from_row(row)
@@ -222,19 +232,23 @@ class EventStore:
                 action = "updated"
             if "group_key" in changed:
                 details["previous_group_key"] = current.group_key
-            row = conn.execute(
-                q("change_event"),
-                {
-                    "id": current.id,
-                    "schedule_on": schedule_on,
-                    "data": json.dumps(data),
-                    "group_key": group_key,
-                    "action": action,
-                    "actor": actor,
-                    "details": json.dumps(details),
-                    "now": now,
-                },
-            ).mappings().one()
+            row = (
+                conn.execute(
+                    q("change_event"),
+                    {
+                        "id": current.id,
+                        "schedule_on": schedule_on,
+                        "data": json.dumps(data),
+                        "group_key": group_key,
+                        "action": action,
+                        "actor": actor,
+                        "details": json.dumps(details),
+                        "now": now,
+                    },
+                )
+                .mappings()
+                .one()
+            )
             return Event.from_row(row)
 
     def cancel(
@@ -250,9 +264,11 @@ class EventStore:
         """Cancel the open event of a key."""
         with self.engine.begin() as conn:
             current, _ = self._lock_open(conn, queue, item_key, if_match=if_match, now=now)
-            row = conn.execute(
-                q("cancel_event"), {"id": current.id, "actor": actor, "reason": reason, "now": now}
-            ).mappings().one()
+            row = (
+                conn.execute(q("cancel_event"), {"id": current.id, "actor": actor, "reason": reason, "now": now})
+                .mappings()
+                .one()
+            )
             return Event.from_row(row)
 
     def cancel_matching(
@@ -292,7 +308,9 @@ class EventStore:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _expire_leases(self, conn: sa.Connection, *, queue: str | None, item_key: str | None, now: datetime | None) -> int:
+    def _expire_leases(
+        self, conn: sa.Connection, *, queue: str | None, item_key: str | None, now: datetime | None
+    ) -> int:
         rows = conn.execute(
             q("expire_leases"), {"queue": queue, "item_key": item_key, "actor": SYSTEM_ACTOR, "now": now}
         ).all()

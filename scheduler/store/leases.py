@@ -50,8 +50,9 @@ def _leases(rows: Sequence[sa.RowMapping]) -> list[Lease]:
     for lease_id, events in grouped.items():
         first = events[0]
         assert first.lease_expires_on is not None and first.claimed_by is not None
-        leases.append(Lease(lease_id, first.queue, first.group_key, first.lease_expires_on, first.claimed_by,
-                            tuple(events)))
+        leases.append(
+            Lease(lease_id, first.queue, first.group_key, first.lease_expires_on, first.claimed_by, tuple(events))
+        )
     return leases
 
 
@@ -82,11 +83,20 @@ class LeaseStore:
                 if remaining <= 0:
                     break
                 if kind == "events":
-                    rows = conn.execute(
-                        q("claim_events"),
-                        {"queue": queue.name, "worker": worker, "limit": remaining,
-                         "lease_seconds": seconds, "now": now},
-                    ).mappings().all()
+                    rows = (
+                        conn.execute(
+                            q("claim_events"),
+                            {
+                                "queue": queue.name,
+                                "worker": worker,
+                                "limit": remaining,
+                                "lease_seconds": seconds,
+                                "now": now,
+                            },
+                        )
+                        .mappings()
+                        .all()
+                    )
                     leases.extend(_leases(rows))
                 else:
                     leases.extend(self._claim_groups(conn, queue.name, worker, remaining, seconds, now))
@@ -96,16 +106,24 @@ class LeaseStore:
     def _claim_groups(
         conn: sa.Connection, queue: str, worker: str, limit: int, seconds: float, now: datetime | None
     ) -> list[Lease]:
-        groups = conn.execute(
-            q("lock_due_groups"),
-            {"queue": queue, "limit": limit, "scan": limit * GROUP_SCAN_FACTOR, "now": now},
-        ).scalars().all()
+        groups = (
+            conn.execute(
+                q("lock_due_groups"),
+                {"queue": queue, "limit": limit, "scan": limit * GROUP_SCAN_FACTOR, "now": now},
+            )
+            .scalars()
+            .all()
+        )
         if not groups:
             return []
-        rows = conn.execute(
-            q("claim_groups"),
-            {"queue": queue, "groups": list(groups), "worker": worker, "lease_seconds": seconds, "now": now},
-        ).mappings().all()
+        rows = (
+            conn.execute(
+                q("claim_groups"),
+                {"queue": queue, "groups": list(groups), "worker": worker, "lease_seconds": seconds, "now": now},
+            )
+            .mappings()
+            .all()
+        )
         return _leases(rows)
 
     def ack(self, lease_ids: Sequence[str], *, now: datetime | None = None) -> dict[str, str]:
@@ -133,11 +151,20 @@ class LeaseStore:
     ) -> FailResult:
         """Record a failed attempt for every event of the lease (see fail_lease in queries.sql)."""
         with self.engine.begin() as conn:
-            rows = conn.execute(
-                q("fail_lease"),
-                {"lease_id": lease_id, "error": error, "retry_in_seconds": retry_in_seconds,
-                 "dead": dead, "now": now},
-            ).mappings().all()
+            rows = (
+                conn.execute(
+                    q("fail_lease"),
+                    {
+                        "lease_id": lease_id,
+                        "error": error,
+                        "retry_in_seconds": retry_in_seconds,
+                        "dead": dead,
+                        "now": now,
+                    },
+                )
+                .mappings()
+                .all()
+            )
         if not rows:
             raise StaleLease("The lease expired, was finished, or never existed.")
         retried = [r for r in rows if not r["is_dead"]]
@@ -151,9 +178,11 @@ class LeaseStore:
     def extend(self, lease_id: str, *, seconds: float, now: datetime | None = None) -> datetime:
         """Keep a live lease for `seconds` more from now; return its new expiry."""
         with self.engine.begin() as conn:
-            row = conn.execute(
-                q("extend_lease"), {"lease_id": lease_id, "seconds": seconds, "now": now}
-            ).mappings().first()
+            row = (
+                conn.execute(q("extend_lease"), {"lease_id": lease_id, "seconds": seconds, "now": now})
+                .mappings()
+                .first()
+            )
         if row is None:
             raise StaleLease("The lease expired, was finished, or never existed.")
         expires: datetime = row["lease_expires_on"]
@@ -164,9 +193,7 @@ class LeaseStore:
         if not lease_ids:
             return 0
         with self.engine.begin() as conn:
-            rows = conn.execute(
-                q("release_leases"), {"lease_ids": list(lease_ids), "actor": actor, "now": now}
-            ).all()
+            rows = conn.execute(q("release_leases"), {"lease_ids": list(lease_ids), "actor": actor, "now": now}).all()
         return len(rows)
 
     def queue_of(self, lease_id: str, *, now: datetime | None = None) -> str | None:
@@ -194,12 +221,16 @@ class LeaseStore:
             conn.execute(q("set_next_wake"), {"queues": names, "next_wake": wake_at})
         return SleepPlan(db_now=db_now, next_due=next_due, wake_at=wake_at)
 
-    def expire(self, *, actor: str = "tickler", now: datetime | None = None) -> dict[str, int]:
-        """End every lease whose time is up (the reaper); return {queue: events released or dead}."""
+    def expire(
+        self, *, queue: str | None = None, actor: str = "tickler", now: datetime | None = None
+    ) -> dict[str, int]:
+        """End every lease whose time is up (of one queue, or all); return {queue: events released or dead}."""
         with self.engine.begin() as conn:
-            rows = conn.execute(
-                q("expire_leases"), {"queue": None, "item_key": None, "actor": actor, "now": now}
-            ).mappings().all()
+            rows = (
+                conn.execute(q("expire_leases"), {"queue": queue, "item_key": None, "actor": actor, "now": now})
+                .mappings()
+                .all()
+            )
         counts: dict[str, int] = {}
         for row in rows:
             counts[row["queue"]] = counts.get(row["queue"], 0) + 1

@@ -11,6 +11,7 @@ import base64
 import binascii
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -25,9 +26,25 @@ event = sa.table(
     *(
         sa.column(name)
         for name in (
-            "id", "queue", "item_key", "group_key", "schedule_on", "data", "enqueued_on", "enqueued_by",
-            "dequeued_on", "dequeued_by", "outcome", "claimed_on", "claimed_by", "lease_id",
-            "lease_expires_on", "redeliver_count", "max_attempts", "last_error", "version",
+            "id",
+            "queue",
+            "item_key",
+            "group_key",
+            "schedule_on",
+            "data",
+            "enqueued_on",
+            "enqueued_by",
+            "dequeued_on",
+            "dequeued_by",
+            "outcome",
+            "claimed_on",
+            "claimed_by",
+            "lease_id",
+            "lease_expires_on",
+            "redeliver_count",
+            "max_attempts",
+            "last_error",
+            "version",
         )
     ),
 )
@@ -74,7 +91,7 @@ def prefix_end(prefix: str) -> str | None:
     return None
 
 
-def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, open_part: bool) -> sa.Select:
+def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, open_part: bool) -> sa.Select[Any]:
     e = event.c
     status = sa.func.tickler_status(e.outcome, e.lease_expires_on, now)
     query = sa.select(*event.c, status.label("status")).where(e.queue == queue)
@@ -102,10 +119,8 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
     return query.order_by(e.schedule_on, e.id).limit(where.limit)
 
 
-def build_query(queue: str, where: SearchFilter, now: datetime | None) -> sa.Select:
-    clock: sa.ColumnElement[datetime] = (
-        sa.func.now() if now is None else sa.literal(now, sa.DateTime(timezone=True))
-    )
+def build_query(queue: str, where: SearchFilter, now: datetime | None) -> sa.Select[Any]:
+    clock: sa.ColumnElement[datetime] = sa.func.now() if now is None else sa.literal(now, sa.DateTime(timezone=True))
     parts = []
     if where.statuses & OPEN_STATUSES:
         parts.append(_part(queue, where, clock, open_part=True))

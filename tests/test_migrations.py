@@ -1,0 +1,132 @@
+"""Migrations: once each, also when several runs race on a fresh database; edits are caught."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from scheduler import migrate as migrate_module
+from scheduler.db import libpq_url
+from scheduler.migrate import Migration, MigrationError, available_migrations, migrate, pending_migrations
+from tests import pg
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def fresh_url(admin_url: str) -> Iterator[str]:
+    url = pg.create_database(admin_url, prefix="tickler_migrate")
+    yield url
+    pg.drop_database(admin_url, url)
+
+
+def _ledger(url: str) -> list[tuple[int, str]]:
+    with psycopg.connect(libpq_url(url)) as conn:
+        return [(v, n) for v, n in conn.execute("SELECT version, name FROM tickler_migration ORDER BY version")]
+
+
+def test_fresh_database_is_pending_then_migrated(fresh_url: str) -> None:
+    everything = available_migrations()
+    assert [m.version for m in pending_migrations(fresh_url)] == [m.version for m in everything]
+    applied = migrate(fresh_url)
+    assert [m.version for m in applied] == [m.version for m in everything]
+    assert pending_migrations(fresh_url) == []
+    assert migrate(fresh_url) == []  # the second run is a no-op
+    assert _ledger(fresh_url) == [(m.version, m.name) for m in everything]
+
+
+def test_concurrent_threads_apply_each_migration_once(fresh_url: str) -> None:
+    barrier = threading.Barrier(4)
+    results: list[list[Migration]] = []
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            barrier.wait(timeout=30)
+            results.append(migrate(fresh_url))
+        except BaseException as error:  # reported below, on the test's thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not failures, failures
+    applied = sorted(m.version for result in results for m in result)
+    assert applied == [m.version for m in available_migrations()]
+    assert _ledger(fresh_url) == [(m.version, m.name) for m in available_migrations()]
+
+
+def test_concurrent_processes_apply_each_migration_once(fresh_url: str) -> None:
+    code = (
+        "import sys; from scheduler.migrate import migrate; "
+        "print('applied:' + ','.join(str(m.version) for m in migrate(sys.argv[1])))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, fresh_url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
+        for _ in range(4)
+    ]
+    outputs = []
+    try:
+        for process in processes:
+            out, err = process.communicate(timeout=60)
+            assert process.returncode == 0, err
+            # Only the marked line: log lines may share stdout.
+            [line] = [line for line in out.splitlines() if line.startswith("applied:")]
+            outputs.append(line.removeprefix("applied:"))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    applied = sorted(int(v) for out in outputs for v in out.split(",") if v)
+    assert applied == [m.version for m in available_migrations()]
+    assert _ledger(fresh_url) == [(m.version, m.name) for m in available_migrations()]
+
+
+def test_edited_migration_is_detected(fresh_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    migrate(fresh_url)
+    original = available_migrations()
+    edited = [Migration(m.version, m.name, m.sql + "\n-- an edit\n") if m.version == 1 else m for m in original]
+    monkeypatch.setattr(migrate_module, "available_migrations", lambda: edited)
+    with pytest.raises(MigrationError, match="changed"):
+        migrate_module.migrate(fresh_url)
+    with pytest.raises(MigrationError, match="changed"):
+        migrate_module.pending_migrations(fresh_url)
+
+
+def test_unknown_applied_migration_is_detected(fresh_url: str) -> None:
+    migrate(fresh_url)
+    with psycopg.connect(libpq_url(fresh_url), autocommit=True) as conn:
+        conn.execute("INSERT INTO tickler_migration (version, name, checksum) VALUES (9999, 'future', 'x')")
+    with pytest.raises(MigrationError, match="9999"):
+        migrate(fresh_url)
+
+
+def test_failed_migration_leaves_nothing_behind(fresh_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = [*available_migrations(), Migration(9998, "broken", "CREATE TABLE half_done (x int); SELECT 1/0;")]
+    monkeypatch.setattr(migrate_module, "available_migrations", lambda: broken)
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        migrate_module.migrate(fresh_url)
+    with psycopg.connect(libpq_url(fresh_url)) as conn:
+        assert conn.execute("SELECT to_regclass('half_done')").fetchone() == (None,)
+    assert 9998 not in [v for v, _ in _ledger(fresh_url)]
+    # The lock was released: a later run works.
+    monkeypatch.setattr(migrate_module, "available_migrations", available_migrations)
+    assert migrate_module.migrate(fresh_url) == []
