@@ -44,3 +44,4 @@ def configure_logging(level: str = "INFO") -> None:
     # lines would only repeat them.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)  # it narrates every start-up at INFO
