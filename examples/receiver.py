@@ -1,6 +1,6 @@
 """A tiny webhook receiver: verifies tickler's Standard Webhooks signature and prints each delivery.
 
-    python examples/receiver.py --port 9000 --secret whsec_...
+python examples/receiver.py --port 9000 --secret whsec_...
 """
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ def main() -> None:
             ok = verified(args.secret, headers, body)
             payload = json.loads(body)
             for event in payload["events"]:
-                print(f"{time.strftime('%H:%M:%S')} signature {'ok' if ok else 'BAD'}: {event['item_key']} "
-                      f"due {event['schedule_on']} data={json.dumps(event['data'])}", flush=True)
+                print(
+                    f"{time.strftime('%H:%M:%S')} signature {'ok' if ok else 'BAD'}: {event['item_key']} "
+                    f"due {event['schedule_on']} data={json.dumps(event['data'])}",
+                    flush=True,
+                )
             self.send_response(200 if ok else 401)
             self.send_header("Content-Length", "0")
             self.end_headers()
