@@ -184,4 +184,6 @@ def cancel_event(queue: str, item_key: str) -> Response:
 @bp.get("/<item_key>/timeline")
 def timeline(queue: str, item_key: str) -> Response:
     context.visible_queue(queue)
-    return jsonify(timeline_json(item_key, context.store().events.timeline(queue, item_key)))
+    events = context.store().events
+    entries = events.timeline(queue, item_key)
+    return jsonify(timeline_json(item_key, entries, events.archived(queue, item_key)))

@@ -18,8 +18,11 @@ def event_json(event: Event, **extra: Any) -> dict[str, Any]:
     return body
 
 
-def timeline_json(item_key: str, entries: list[TimelineEntry]) -> dict[str, Any]:
-    return {"item_key": item_key, "entries": _timeline_schema.dump(entries)}
+def timeline_json(item_key: str, entries: list[TimelineEntry], archived: dict[str, Any] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"item_key": item_key, "entries": _timeline_schema.dump(entries)}
+    if archived is not None:
+        body["archived"] = archived  # older entries were moved to Parquet by the archive job
+    return body
 
 
 def etag(event: Event) -> str:

@@ -288,6 +288,12 @@ class TimelineEntrySchema(Schema):
 class TimelineSchema(Schema):
     item_key = fields.String()
     entries = fields.List(fields.Nested(TimelineEntrySchema))
+    archived = fields.Dict(
+        metadata={
+            "description": "Present when older entries were archived: where (location, timeline), "
+            "up to when (archived_through) and how many events (archived_events)."
+        }
+    )
 
 
 # -- queues ---------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEnt
 from scheduler.rules import format_timestamp
 from scheduler.sql import q
 from scheduler.store import search
+from scheduler.store.archive import archived_history
 
 # Actor recorded for what tickler does by itself (expiring leases).
 SYSTEM_ACTOR = "tickler"
@@ -178,11 +179,17 @@ class EventStore:
         return [by_id[i] for i in ids if i in by_id]
 
     def timeline(self, queue: str, item_key: str) -> list[TimelineEntry]:
+        """The key's timeline entries still in PostgreSQL, oldest first. Empty when all of them
+        were archived (see archived()); NotFound when the key was never seen."""
         with self.engine.connect() as conn:
             rows = conn.execute(q("timeline"), {"queue": queue, "item_key": item_key}).mappings().all()
-        if not rows:
-            raise NotFound(f"Key {item_key!r} was never seen in queue {queue!r}.")
+            if not rows and archived_history(conn, queue, item_key) is None:
+                raise NotFound(f"Key {item_key!r} was never seen in queue {queue!r}.")
         return [TimelineEntry(**row) for row in rows]
+
+    def archived(self, queue: str, item_key: str) -> dict[str, Any] | None:
+        """Where the archive job moved the key's older history, or None."""
+        return archived_history(self.engine, queue, item_key)
 
     def search(self, queue: str, where: search.SearchFilter, *, now: datetime | None = None) -> list[Event]:
         """A page of events in (schedule_on, id) order; see scheduler.store.search."""
