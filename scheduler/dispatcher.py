@@ -93,7 +93,8 @@ class Dispatcher:
         self._lock = threading.Condition()
         self._in_flight: dict[str, int] = {}
         self._not_started: set[str] = set()
-        self._running_leases: set[str] = set()
+        # lease id -> (when to extend it next, monotonic; its length in seconds)
+        self._running_leases: dict[str, tuple[float, float]] = {}
         self._running = 0
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -115,6 +116,14 @@ class Dispatcher:
         )
         self._scheduler.add_job(
             self._reap, "interval", seconds=self.config.reap_interval, id="lease_reaper", max_instances=1, coalesce=True
+        )
+        self._scheduler.add_job(
+            self._heartbeat,
+            "interval",
+            seconds=self.config.reap_interval,
+            id="lease_heartbeat",
+            max_instances=1,
+            coalesce=True,
         )
         self._scheduler.start()
         for target, name in ((self._claim_loop, "tickler-claim"), (self._finish_loop, "tickler-finish")):
@@ -175,6 +184,26 @@ class Dispatcher:
 
     def _safety_poll(self) -> None:
         self.listener.poke()
+
+    def _heartbeat(self) -> None:
+        """Extend the leases of deliveries still running at half their length, so that a handler
+        or a receiver slower than the lease is not delivered a second time elsewhere meanwhile."""
+        now = time.monotonic()
+        with self._lock:
+            due = [(lease_id, seconds) for lease_id, (at, seconds) in self._running_leases.items() if at <= now]
+        for lease_id, seconds in due:
+            try:
+                self.store.leases.extend(lease_id, seconds=seconds)
+                next_at = time.monotonic() + seconds / 2
+            except StaleLease:
+                log.warning("heartbeat_on_stale_lease", lease_id=lease_id)
+                next_at = float("inf")  # lost: its outcome will be refused as stale
+            except DATABASE_ERRORS as error:
+                log.warning("heartbeat_database_error", error=str(error).splitlines()[0])
+                return
+            with self._lock:
+                if lease_id in self._running_leases:
+                    self._running_leases[lease_id] = (next_at, seconds)
 
     def _reap(self) -> None:
         try:
@@ -291,7 +320,7 @@ class Dispatcher:
             if self._stopping.is_set():
                 return  # stop() gives this lease back
             self._not_started.discard(lease.lease_id)
-            self._running_leases.add(lease.lease_id)
+            self._running_leases[lease.lease_id] = (claimed_at + queue.lease_seconds / 2, queue.lease_seconds)
             self._running += 1
         try:
             started = time.monotonic()
@@ -313,7 +342,7 @@ class Dispatcher:
         finally:
             with self._lock:
                 self._running -= 1
-                self._running_leases.discard(lease.lease_id)
+                self._running_leases.pop(lease.lease_id, None)
                 self._lock.notify_all()
 
     # -- finishing --------------------------------------------------------------------------------
@@ -348,6 +377,13 @@ class Dispatcher:
                     log.error("finish_abandoned", leases=len(pending))  # the leases expire; redelivered
                     return
                 time.sleep(min(5.0, 0.1 * 2**failures))  # back off from a database that is down
+            except Exception:
+                # Not the database being away (a bug, or a value it refuses): retrying would fail
+                # the same way. Drop these outcomes (their leases expire and are redelivered) and
+                # go on: a dead finisher would never free capacity again and stall this worker.
+                log.exception("finish_error", leases=len(pending))
+                self._free_capacity(pending)
+                pending = []
             if stop_seen and not pending:
                 return
 
@@ -387,6 +423,9 @@ class Dispatcher:
             except StaleLease:
                 log.warning("nack_of_stale_lease", queue=d.queue, lease_id=d.lease.lease_id)
             finished.add(d.lease.lease_id)
+        self._free_capacity(done)
+
+    def _free_capacity(self, done: list[_Done]) -> None:
         with self._lock:
             for d in done:
                 self._in_flight[d.queue] = self._in_flight.get(d.queue, 0) - 1

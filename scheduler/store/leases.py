@@ -150,6 +150,9 @@ class LeaseStore:
         now: datetime | None = None,
     ) -> FailResult:
         """Record a failed attempt for every event of the lease (see fail_lease in queries.sql)."""
+        # PostgreSQL text cannot hold NUL, and error texts come from handlers and receivers
+        # (exception messages, binary replies): a NUL must not make the failure unrecordable.
+        error = error.replace("\x00", "\ufffd")
         with self.engine.begin() as conn:
             rows = (
                 conn.execute(
