@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("name", help="the principal: the client service this token belongs to")
     create.add_argument("--queue", action="append", default=[], help="a queue it may use (repeatable)")
     create.add_argument("--admin", action="store_true", help="may manage queues and use every queue")
+    token_commands.add_parser("list", help="list tokens (ids, names, scopes; never the tokens)")
+    revoke = token_commands.add_parser("revoke", help="revoke a token by its id (see `tickler token list`)")
+    revoke.add_argument("id", type=int)
     pipeline = commands.add_parser("pipeline", help="Spark jobs: report, archive, import (see `tickler pipeline -h`)")
     pipeline.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -81,8 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _worker(settings, args)
         if args.command == "migrate":
             return _migrate(settings)
-        if args.command == "token":
+        if args.command == "token" and args.token_command == "create":
             return _token_create(settings, args.name, args.queue, args.admin)
+        if args.command == "token":
+            return _token_manage(settings, args.token_command, getattr(args, "id", None))
     except MigrationError as error:
         print(f"tickler: {error}", file=sys.stderr)
         return 2
@@ -152,6 +157,29 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     )
     worker.run()
     return 0
+
+
+def _token_manage(settings: Settings, command: str, token_id: int | None) -> int:
+    url = resolve_database_url(settings.database_url, settings.data_dir)
+    migrate(url)
+    engine = create_engine(url, pool_size=1)
+    try:
+        tokens = Store(engine).tokens
+        if command == "revoke":
+            assert token_id is not None
+            info = tokens.revoke(token_id)
+            if info is None:
+                print(f"tickler: no token {token_id}", file=sys.stderr)
+                return 1
+            print(f"revoked token {info.id} of {info.principal}")
+            return 0
+        for info in tokens.list():
+            scope = "admin" if info.is_admin else ",".join(info.queues) or "(no queues)"
+            state = f"revoked {info.revoked_on:%Y-%m-%d}" if info.revoked_on else "active"
+            print(f"{info.id}\t{info.principal}\t{scope}\t{state}")
+        return 0
+    finally:
+        engine.dispose()
 
 
 def _serve(settings: Settings, host: str, port: int, threads: int) -> int:

@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 import structlog
 from flask import Blueprint, Flask, Response, g, request
 
-from api import context, events, leases, ops, queues
+from api import context, events, leases, ops, queues, tokens
 from api.jsonio import StrictJSONProvider
 from api.metrics import HTTP_DURATION, HTTP_REQUESTS
 from api.openapi import build_spec
@@ -56,6 +56,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     v1.register_blueprint(queues.bp)
     v1.register_blueprint(leases.claims_bp)
     v1.register_blueprint(leases.leases_bp)
+    v1.register_blueprint(tokens.bp)
     app.register_blueprint(v1)
     app.register_blueprint(ops.bp)
 

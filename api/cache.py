@@ -36,6 +36,10 @@ class TTLCache(Generic[V]):
                 self._entries[key] = (now + self.seconds, value)
         return value
 
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
     def forget(self, key: Hashable) -> None:
         with self._lock:
             self._entries.pop(key, None)

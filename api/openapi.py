@@ -7,7 +7,7 @@ from typing import Any
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 
-from api import lease_schemas, schemas
+from api import lease_schemas, schemas, tokens
 
 QUEUE = {
     "name": "queue",
@@ -74,6 +74,8 @@ def build_spec(version: str) -> dict[str, Any]:
         "Nack": lease_schemas.NackSchema,
         "Extend": lease_schemas.ExtendSchema,
         "LeaseState": lease_schemas.LeaseStateSchema,
+        "IssueToken": tokens.IssueTokenSchema,
+        "Token": tokens.TokenSchema,
     }.items():
         spec.components.schema(name, schema=schema)
 
@@ -204,6 +206,7 @@ def build_spec(version: str) -> dict[str, Any]:
         },
     )
     _lease_paths(spec, secured)
+    _token_paths(spec, secured)
     for path, summary in (("/healthz", "The process is alive"), ("/readyz", "The database is reachable and migrated")):
         spec.path(
             path=path,
@@ -248,3 +251,42 @@ def _lease_paths(spec: APISpec, secured: list[dict[str, list[str]]]) -> None:
         if body:
             operation["requestBody"] = _body(body)
         spec.path(path=f"/v1/leases/{{lease_id}}/{action}", parameters=[LEASE_ID], operations={"post": operation})
+
+
+def _token_paths(spec: APISpec, secured: list[dict[str, list[str]]]) -> None:
+    """Admin: API tokens."""
+    admin_only = {"403": _problem("Not an admin"), "401": COMMON["401"]}
+    token_list = {
+        "type": "object",
+        "properties": {"tokens": {"type": "array", "items": {"$ref": "#/components/schemas/Token"}}},
+    }
+    spec.path(
+        path="/v1/tokens",
+        operations={
+            "post": {
+                "summary": "Issue a token (shown once, in this answer); admin",
+                "security": secured,
+                "requestBody": _body("IssueToken"),
+                "responses": {"201": _json("Token", "Issued"), "400": COMMON["400"], **admin_only},
+            },
+            "get": {
+                "summary": "List tokens (never the tokens themselves); admin",
+                "security": secured,
+                "responses": {
+                    "200": {"description": "OK", "content": {"application/json": {"schema": token_list}}},
+                    **admin_only,
+                },
+            },
+        },
+    )
+    spec.path(
+        path="/v1/tokens/{token_id}",
+        parameters=[{"name": "token_id", "in": "path", "required": True, "schema": {"type": "integer"}}],
+        operations={
+            "delete": {
+                "summary": "Revoke a token; admin",
+                "security": secured,
+                "responses": {"200": _json("Token"), "404": COMMON["404"], **admin_only},
+            }
+        },
+    )

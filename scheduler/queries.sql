@@ -314,7 +314,7 @@ ORDER BY name;
 -- Store a new token's hash.
 INSERT INTO tickler_token (principal, token_hash, is_admin, queues)
 VALUES (:principal, :token_hash, :is_admin, CAST(:queues AS text[]))
-RETURNING id;
+RETURNING id, principal, is_admin, queues, created_on, revoked_on;
 
 -- name: find_token
 -- The principal behind a token hash, unless revoked.
@@ -571,3 +571,12 @@ LIMIT 1;
 -- name: webhook_queues
 -- Queues whose events the dispatcher delivers by webhook.
 SELECT * FROM tickler_queue WHERE delivery_mode = 'webhook' ORDER BY name;
+
+-- name: list_tokens
+-- Every token (never the token itself: only its hash is kept), newest first.
+SELECT id, principal, is_admin, queues, created_on, revoked_on FROM tickler_token ORDER BY id DESC;
+
+-- name: revoke_token
+-- Revoke a token; returns it (no row: no such token).
+UPDATE tickler_token SET revoked_on = coalesce(revoked_on, now()) WHERE id = :id
+RETURNING id, principal, is_admin, queues, created_on, revoked_on;

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
+from datetime import datetime
 
 import sqlalchemy as sa
 
@@ -17,24 +19,62 @@ def hash_token(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+@dataclass(frozen=True)
+class TokenInfo:
+    """What is known of a token once created: never the token itself."""
+
+    id: int
+    principal: str
+    is_admin: bool
+    queues: tuple[str, ...]
+    created_on: datetime
+    revoked_on: datetime | None
+
+
+def _info(row: sa.RowMapping) -> TokenInfo:
+    return TokenInfo(
+        row["id"], row["principal"], row["is_admin"], tuple(row["queues"]), row["created_on"], row["revoked_on"]
+    )
+
+
 class TokenStore:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
 
     def create(self, principal: str, *, queues: list[str] | tuple[str, ...] = (), is_admin: bool = False) -> str:
         """Create a token for `principal`, scoped to `queues` (all queues if admin); return it."""
+        return self.issue(principal, queues=queues, is_admin=is_admin)[0]
+
+    def issue(
+        self, principal: str, *, queues: list[str] | tuple[str, ...] = (), is_admin: bool = False
+    ) -> tuple[str, TokenInfo]:
+        """Create a token; return it (shown this once) and what is kept of it."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self.engine.begin() as conn:
-            conn.execute(
-                q("create_token"),
-                {
-                    "principal": principal,
-                    "token_hash": hash_token(token),
-                    "is_admin": is_admin,
-                    "queues": sorted(set(queues)),
-                },
+            row = (
+                conn.execute(
+                    q("create_token"),
+                    {
+                        "principal": principal,
+                        "token_hash": hash_token(token),
+                        "is_admin": is_admin,
+                        "queues": sorted(set(queues)),
+                    },
+                )
+                .mappings()
+                .one()
             )
-        return token
+        return token, _info(row)
+
+    def list(self) -> list[TokenInfo]:
+        with self.engine.connect() as conn:
+            return [_info(row) for row in conn.execute(q("list_tokens")).mappings()]
+
+    def revoke(self, token_id: int) -> TokenInfo | None:
+        """Revoke a token (again: no change); None when there is no such token."""
+        with self.engine.begin() as conn:
+            row = conn.execute(q("revoke_token"), {"id": token_id}).mappings().first()
+        return _info(row) if row else None
 
     def authenticate(self, token: str) -> Principal | None:
         with self.engine.connect() as conn:

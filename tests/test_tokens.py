@@ -1,0 +1,62 @@
+"""Admin token management: issue (shown once), list (never the secret), revoke."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from flask.testing import FlaskClient
+
+from tests.conftest import auth
+
+
+def test_issue_use_list_and_revoke(client: FlaskClient, admin_token: str, emails: str) -> None:
+    issued = client.post("/v1/tokens", json={"name": "billing", "queues": ["emails"]}, headers=auth(admin_token))
+    assert issued.status_code == 201
+    token = issued.json["token"]
+    assert token.startswith("tkl_") and issued.json["queues"] == ["emails"] and issued.json["admin"] is False
+    assert client.get("/v1/queues/emails", headers=auth(token)).status_code == 200
+
+    listed = client.get("/v1/tokens", headers=auth(admin_token)).json["tokens"]
+    assert {t["name"] for t in listed} == {"ops", "billing"}
+    assert all("token" not in t for t in listed)
+
+    revoked = client.delete(f"/v1/tokens/{issued.json['id']}", headers=auth(admin_token))
+    assert revoked.status_code == 200 and revoked.json["revoked_on"] is not None
+    assert client.get("/v1/queues/emails", headers=auth(token)).status_code == 401
+
+
+def test_only_admins_manage_tokens_and_bad_input_is_400(client: FlaskClient, admin_token: str, token: str) -> None:
+    assert client.post("/v1/tokens", json={"name": "x"}, headers=auth(token)).status_code == 403
+    assert client.get("/v1/tokens", headers=auth(token)).status_code == 403
+    for body in (
+        {},
+        {"name": ""},
+        {"name": "x", "queues": ["Bad Name"]},
+        {"name": "x", "admin": "yes"},
+        {"name": "x", "extra": 1},
+    ):
+        response = client.post("/v1/tokens", json=body, headers=auth(admin_token))
+        assert response.status_code == 400, body
+    assert client.delete("/v1/tokens/999", headers=auth(admin_token)).status_code == 404
+    assert len(client.get("/v1/tokens", headers=auth(admin_token)).json["tokens"]) == 2  # nothing written
+
+
+def test_cli_lists_and_revokes(store: object, database_url: str, admin_token: str) -> None:
+    env = {"TICKLER_DATABASE_URL": database_url, "TICKLER_LOG_LEVEL": "WARNING", "PATH": "/usr/bin:/bin"}
+    listed = subprocess.run(
+        [sys.executable, "-m", "cli", "token", "list"], env=env, capture_output=True, text=True, check=True
+    )
+    [line] = listed.stdout.splitlines()
+    token_id, name, scope, state = line.split("\t")
+    assert (name, scope, state) == ("ops", "admin", "active")
+    revoked = subprocess.run(
+        [sys.executable, "-m", "cli", "token", "revoke", token_id], env=env, capture_output=True, text=True, check=True
+    )
+    assert "revoked" in revoked.stdout
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "cli", "token", "revoke", "4242"], env=env, capture_output=True, text=True
+        ).returncode
+        == 1
+    )
