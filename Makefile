@@ -9,15 +9,20 @@ PG15   ?= postgresql://postgres@127.0.0.1:5432/postgres
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(BIN)/tickler: pyproject.toml
+# Stamps: the service alone, and the service with its test and pipeline extras.
+$(VENV)/.installed-base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed-base
 	$(BIN)/pip install --quiet -e '.[dev,pipeline]'
 	@touch $@
 
-install: $(BIN)/tickler ## create .venv and install tickler with its test and pipeline extras
+install: $(VENV)/.installed-dev ## create .venv and install tickler with its test and pipeline extras
 
-serve: install ## install, then run the API and a dispatcher on 127.0.0.1:8080 (embedded PostgreSQL in ./.tickler)
+serve: $(VENV)/.installed-base ## install, then run the API and a dispatcher on 127.0.0.1:8080 (embedded PostgreSQL in ./.tickler)
 	$(BIN)/tickler serve
 
 test: install lint typecheck ## install, then lint, type-check and run the whole test suite
