@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -59,15 +57,3 @@ def put_in_flight(raw: psycopg.Connection[Any], item_key: str, *, expired: bool 
         [queue, item_key],
     )
     assert done.rowcount == 1
-
-
-def wait_for(condition: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.05) -> Any:
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)

@@ -10,7 +10,7 @@ T = TypeVar("T")
 
 
 def wait_until(
-    predicate: Callable[[], T], timeout: float, *, interval: float = 0.05, what: str | Callable[[], str] = ""
+    predicate: Callable[[], T], timeout: float = 15.0, *, interval: float = 0.05, what: str | Callable[[], str] = ""
 ) -> T:
     """Poll `predicate` until it returns something truthy and return that; fail after `timeout` s.
 

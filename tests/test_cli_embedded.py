@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.helpers import wait_for
+from tests.helpers_wait import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +50,7 @@ def _stop_leftover_postgres(path: Path) -> None:
             os.kill(pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
         except (ValueError, IndexError, ProcessLookupError, PermissionError):
             continue
-        wait_for(lambda pid=pid: not _alive(pid), timeout=20)  # type: ignore[misc]
+        wait_until(lambda pid=pid: not _alive(pid), timeout=20)  # type: ignore[misc]
 
 
 def _alive(pid: int) -> bool:
@@ -89,7 +89,7 @@ class Serve:
             except requests.ConnectionError:
                 return False
 
-        wait_for(answers, timeout=60, interval=0.1)
+        wait_until(answers, timeout=60, interval=0.1)
 
     def output(self) -> str:
         self.log.seek(0)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -18,15 +17,8 @@ from scheduler.dispatcher import Dispatcher, DispatcherConfig
 from scheduler.models import NewEvent, Queue
 from scheduler.store import QueueSettings, Store
 from scheduler.wakeup import WakeupListener
+from tests.helpers_wait import wait_until
 from tests.receiver import Receiver, running_receiver
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.01)  # polling a condition, not waiting for work
 
 
 @pytest.fixture

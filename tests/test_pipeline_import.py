@@ -1,0 +1,239 @@
+"""The import job: rules, rejects, conflicts under each on_conflict mode, reruns, CSV and Parquet."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pipeline.cli import main as pipeline_main
+from pipeline.importer import run_import
+from pipeline.spark import PipelineError
+from tests.test_pipeline_support import (
+    add_queue,
+    pipeline_db,  # noqa: F401 (fixture)
+    spark,  # noqa: F401 (fixture)
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pipeline_db")]
+
+FUTURE = (datetime.now(UTC) + timedelta(days=7)).replace(microsecond=0)
+WHEN = FUTURE.isoformat().replace("+00:00", "Z")
+
+# (row, values, expected reason or None): rows 1-10 are good, 11- are not.
+ROWS: list[dict[str, str]] = [
+    {"item_key": "welcome:ana@example.com", "schedule_on": WHEN, "data": '{"name": "Ana"}', "group_key": "ana"},
+    {"item_key": "welcome:bo@example.com", "schedule_on": "2030-01-01T09:00:00+02:00", "data": "{}",
+     "max_attempts": "3"},
+    {"item_key": "later", "delay_seconds": "3600", "data": '{"multi":\n"line"}'},
+    {"item_key": "now", "data": "{}"},
+    {"item_key": "ünïcødé:+@", "data": '{"emoji": "🙂"}', "queue": "sms"},
+    *[{"item_key": f"bulk-{n}", "schedule_on": WHEN, "data": f'{{"n": {n}}}'} for n in range(5)],
+    {"item_key": "bad/key", "data": "{}"},
+    {"item_key": "", "data": "{}"},
+    {"item_key": "space key", "data": "{}"},
+    {"item_key": "no-offset", "schedule_on": "2030-01-01T09:00:00", "data": "{}"},
+    {"item_key": "both", "schedule_on": WHEN, "delay_seconds": "5", "data": "{}"},
+    {"item_key": "negative", "delay_seconds": "-1", "data": "{}"},
+    {"item_key": "list", "data": "[1, 2]"},
+    {"item_key": "no-data"},
+    {"item_key": "nan", "data": '{"x": NaN}'},
+    {"item_key": "big", "data": json.dumps({"x": "y" * 2000})},
+    {"item_key": "attempts", "data": "{}", "max_attempts": "0"},
+    {"item_key": "nowhere", "data": "{}", "queue": "missing"},
+    {"item_key": "welcome:ana@example.com", "data": '{"again": true}'},
+]  # fmt: skip
+GOOD = 10
+REASONS = {
+    11: "item_key: Must not contain '/'",
+    12: "item_key: Missing data",
+    13: "item_key: Must not contain '/', whitespace",
+    14: "schedule_on: Must be an RFC 3339 date-time with an offset",
+    15: "schedule_on: Give schedule_on or delay_seconds, not both.",
+    16: "delay_seconds: Must be greater than or equal to 0",
+    17: "data: Must be a JSON object.",
+    18: "data: Missing data",
+    19: "data: Not valid JSON.",
+    20: "data: Event data is",
+    21: "max_attempts: Must be greater than or equal to 1",
+    22: "queue: No queue named 'missing'.",
+    23: "duplicate: Row 1 has the same queue and item_key.",
+}
+FIELDS = ["queue", "item_key", "group_key", "schedule_on", "delay_seconds", "data", "max_attempts"]
+
+
+def write_csv(path: Path, rows: list[dict[str, str]]) -> str:
+    with path.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.DictWriter(out, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return str(path)
+
+
+def rejects(path: Path) -> dict[int, dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return {int(row["row"]): row for row in csv.DictReader(f)}
+
+
+def one(raw: psycopg.Connection[Any], query: str, *params: Any) -> Any:
+    row = raw.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+@pytest.fixture
+def queues(raw: psycopg.Connection[Any]) -> None:
+    add_queue(raw, "emails", max_attempts=7)
+    add_queue(raw, "sms")
+
+
+def do_import(spark: Any, url: str, source: str, tmp_path: Path, on_conflict: str = "reject", **kw: Any) -> Any:  # noqa: F811
+    return run_import(
+        spark, url, source, principal="campaign-bot", on_conflict=on_conflict, queue="emails",
+        rejects_path=str(tmp_path / f"rejects-{on_conflict}.csv"), partitions=3, max_data_bytes=1024, **kw,
+    )  # fmt: skip
+
+
+@pytest.mark.usefixtures("queues")
+def test_import_validates_each_row_and_loads_the_good_ones(
+    spark: Any,  # noqa: F811
+    database_url: str,
+    raw: psycopg.Connection[Any],
+    tmp_path: Path,
+) -> None:
+    source = write_csv(tmp_path / "campaign.csv", ROWS)
+    result = do_import(spark, database_url, source, tmp_path)
+    assert result.counts == {"created": GOOD, "replaced": 0, "ignored": 0, "rejected": 0, "invalid": 12,
+                             "duplicate": 1}  # fmt: skip
+    found = rejects(result.rejects_path)
+    assert sorted(found) == sorted(REASONS)
+    for row, reason in REASONS.items():
+        assert found[row]["reason"].startswith(reason), (row, found[row])
+    assert found[23]["data"] == '{"again": true}'  # the row as it came, to fix and import again
+
+    events = {r[0]: r[1:] for r in raw.execute(
+        "SELECT item_key, queue, group_key, schedule_on, data, enqueued_by, max_attempts, enqueued_on"
+        " FROM tickler_event"
+    )}  # fmt: skip
+    assert len(events) == GOOD
+    ana = events["welcome:ana@example.com"]
+    assert ana[:6] == ("emails", "ana", FUTURE, {"name": "Ana"}, "campaign-bot", 7)  # the queue's max_attempts
+    bo = events["welcome:bo@example.com"]
+    assert (bo[2], bo[5]) == (datetime(2030, 1, 1, 7, tzinfo=UTC), 3)
+    later = events["later"]
+    assert later[2] - later[6] == timedelta(hours=1)  # delay_seconds counts from the database clock
+    assert later[3] == {"multi": "line"}
+    assert events["ünïcødé:+@"][0] == "sms"
+    # the timeline has what the API would have written
+    entries = raw.execute(
+        "SELECT t.action, t.actor, t.schedule_on = e.schedule_on, t.at = e.enqueued_on, t.details"
+        " FROM tickler_timeline t JOIN tickler_event e ON e.id = t.event_id"
+        " WHERE e.item_key = 'welcome:ana@example.com'"
+    ).fetchall()  # fmt: skip
+    assert entries == [("enqueued", "campaign-bot", True, True, {"group_key": "ana", "max_attempts": 7})]
+    assert one(raw, "SELECT count(*) FROM tickler_timeline") == GOOD
+    assert one(raw, "SELECT sum(n) FROM tickler_queue_count WHERE state = 'open'") == GOOD
+
+    # the same import again changes nothing: every good row now conflicts
+    again = do_import(spark, database_url, source, tmp_path)
+    assert (again.counts["created"], again.counts["rejected"], again.counts["invalid"]) == (0, GOOD, 12)
+    assert rejects(again.rejects_path)[1]["reason"] == "conflict: An open event already has this key."
+    assert one(raw, "SELECT count(*) FROM tickler_timeline") == GOOD
+
+
+@pytest.mark.usefixtures("queues")
+def test_ignore_and_replace(spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path) -> None:  # noqa: F811
+    rows = [{"item_key": f"k{n}", "schedule_on": WHEN, "data": '{"v": 1}'} for n in range(6)]
+    source = write_csv(tmp_path / "first.csv", rows)
+    assert do_import(spark, database_url, source, tmp_path).counts["created"] == 6
+    # k0 is in flight, k1 finished (its key is free again)
+    raw.execute(
+        "UPDATE tickler_event SET claimed_on = now(), claimed_by = 'w', lease_id = gen_random_uuid(),"
+        " lease_expires_on = now() + interval '1 minute' WHERE item_key = 'k0'"
+    )
+    raw.execute(
+        "UPDATE tickler_event SET dequeued_on = now(), dequeued_by = 'w', outcome = 'delivered' WHERE item_key = 'k1'"
+    )
+    changed = write_csv(tmp_path / "second.csv", [{**row, "data": '{"v": 2}'} for row in rows])
+
+    ignored = do_import(spark, database_url, changed, tmp_path, on_conflict="ignore")
+    assert (ignored.counts["created"], ignored.counts["ignored"], ignored.rejects) == (1, 5, 0)
+    assert one(raw, "SELECT count(*) FROM tickler_event WHERE data = '{\"v\": 2}'") == 1  # the new k1
+
+    replaced = do_import(spark, database_url, changed, tmp_path, on_conflict="replace")
+    assert (replaced.counts["replaced"], replaced.counts["rejected"]) == (5, 1)
+    assert rejects(replaced.rejects_path)[1]["reason"].startswith("conflict: The open event with this key is in flight")
+    versions = dict(raw.execute("SELECT item_key, version FROM tickler_event WHERE dequeued_on IS NULL").fetchall())
+    assert versions == {"k0": 1, "k1": 2, "k2": 2, "k3": 2, "k4": 2, "k5": 2}
+    assert one(raw, "SELECT data FROM tickler_event WHERE item_key = 'k0'") == {"v": 1}  # under a lease: untouched
+    actions = raw.execute(
+        "SELECT action, count(*) FROM tickler_timeline WHERE actor = 'campaign-bot' GROUP BY action ORDER BY action"
+    ).fetchall()
+    assert actions == [("enqueued", 7), ("replaced", 5)]
+    assert one(raw, "SELECT count(*) FROM tickler_event") == 7
+
+
+@pytest.mark.usefixtures("queues")
+def test_import_from_parquet(spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path) -> None:  # noqa: F811
+    frame = spark.createDataFrame(
+        [("p1", FUTURE, '{"a": 1}', 2), ("p2", datetime(2030, 1, 1, tzinfo=UTC), "{}", None), ("p/3", FUTURE, "{}", 1)],
+        "item_key string, schedule_on timestamp, data string, max_attempts int",
+    )
+    frame.write.parquet(str(tmp_path / "campaign.parquet"))
+    result = do_import(spark, database_url, str(tmp_path / "campaign.parquet"), tmp_path)
+    assert (result.counts["created"], result.counts["invalid"]) == (2, 1)
+    found = dict(raw.execute("SELECT item_key, schedule_on FROM tickler_event").fetchall())
+    assert found == {"p1": FUTURE, "p2": datetime(2030, 1, 1, tzinfo=UTC)}
+
+
+def test_unknown_columns_are_refused(spark: Any, database_url: str, tmp_path: Path) -> None:  # noqa: F811
+    source = tmp_path / "odd.csv"
+    source.write_text("item_key,data,colour\nk,{},red\n")
+    with pytest.raises(PipelineError, match="unknown column"):
+        do_import(spark, database_url, str(source), tmp_path)
+
+
+@pytest.mark.usefixtures("queues")
+def test_cli_import_prints_counts(
+    spark: Any,  # noqa: F811
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("TICKLER_DATABASE_URL", database_url)
+    source = write_csv(tmp_path / "small.csv", ROWS[:3] + ROWS[10:11])
+    status = pipeline_main(["import", source, "--principal", "ops", "--queue", "emails", "--master", "local[2]"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "created               3" in out and "invalid               1" in out
+    assert f"rejects: {source}.rejects.csv (1 rows)" in out
+
+
+def test_cli_says_in_one_line_what_is_missing(database_url: str, tmp_path: Path) -> None:
+    env = {**os.environ, "TICKLER_DATABASE_URL": database_url, "JAVA_HOME": str(tmp_path / "no-java"),
+           "PATH": str(tmp_path)}  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "cli", "pipeline", "report", "--source", "snapshot"],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).parent.parent, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr.strip().count("\n") == 0
+    assert "Java 17+ is needed" in run.stderr
+    env["TICKLER_JDBC_JAR"] = str(tmp_path / "missing.jar")
+    run = subprocess.run(
+        [sys.executable, "-m", "cli", "pipeline", "report", "--source", "jdbc"],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).parent.parent, timeout=60, check=False,
+    )  # fmt: skip
+    assert (run.returncode, run.stderr.strip()) == (
+        2,
+        f"tickler pipeline: the JDBC driver jar {tmp_path}/missing.jar does not exist",
+    )
