@@ -26,7 +26,10 @@ from scheduler.models import Queue
 from scheduler.store import QueueSettings, Store
 from tests import pg
 
-TABLES = "tickler_event, tickler_timeline, tickler_queue_count, tickler_token, tickler_queue"
+TABLES = (
+    "tickler_event, tickler_timeline, tickler_queue_count, tickler_token, tickler_queue, "
+    "tickler_archived_key, tickler_archive_item, tickler_archive_run"
+)
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,8 @@ pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark need
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark for every pipeline test (starting one takes seconds)."""
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs Java 17 (apt-get install openjdk-17-jre-headless; .ci/run does)")
     session = create_session("local[2]", jar=jdbc_jar(), conf={"spark.sql.shuffle.partitions": "4"})
     yield session
     # stopped by the interpreter's exit (several test modules share it)

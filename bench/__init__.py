@@ -1,0 +1,1 @@
+"""tickler's benchmark harness: every scenario of issue 4 beside a plain-psycopg baseline."""

@@ -1,0 +1,206 @@
+"""The archive: move finished events and their timeline out of PostgreSQL into Parquet, losing nothing.
+
+A run goes through the states of its ledger row (tickler_archive_run):
+  selected  the run's event ids are recorded (tickler_archive_item) with counts and id sums;
+  written   its files were written (the run's directory rewritten whole) and read back matching;
+  deleted   its rows were deleted from PostgreSQL in one transaction that checked the counts.
+Each step is redone from the recorded state after a crash: a rerun finishes the unfinished run
+(same ids, so the same rows in the same place) before it starts a new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline import db, layout
+from pipeline.source import ARCHIVE_EVENTS, ARCHIVE_TIMELINE, Source
+from pipeline.spark import PipelineError
+
+# Stages after which `hook` is called: tests raise there to simulate a crash.
+STAGES = ("selected", "written", "verified", "deleted")
+Hook = Callable[[str, int], None]
+
+
+class ArchiveMismatch(RuntimeError):
+    """What was read back (or would be deleted) differs from the run's ledger: nothing is deleted."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: int
+    location: str
+    cutoff: datetime
+    events: int
+    timeline: int
+    resumed: bool
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    mode: str = "auto"
+    jar: str | None = None
+    partitions: int | None = None
+    staging_dir: str | None = None
+
+
+def run_archive(
+    spark: SparkSession,
+    url: str,
+    *,
+    location: str,
+    cutoff: datetime,
+    limit: int | None = None,
+    source: SourceOptions | None = None,
+    hook: Hook | None = None,
+) -> list[RunResult]:
+    """Finish an unfinished run if a crash left one, then archive what finished before `cutoff`."""
+    source = source or SourceOptions()
+    results = []
+    with db.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        locked = conn.execute(db.q("archive_lock")).fetchone()
+        if not locked or not next(iter(locked.values())):
+            raise PipelineError("another archive run holds the archive lock; try again when it has finished")
+        try:
+            unfinished = conn.execute(db.q("unfinished_run")).fetchone()
+            if unfinished is not None:
+                results.append(_finish(spark, url, conn, unfinished, source, hook, resumed=True))
+            run = _select(conn, layout.normalize_location(location), cutoff, limit)
+            if run is not None:
+                if hook:
+                    hook("selected", run["id"])
+                results.append(_finish(spark, url, conn, run, source, hook, resumed=False))
+        finally:
+            conn.execute(db.q("archive_unlock"))
+    return results
+
+
+def _select(conn: psycopg.Connection[Any], location: str, cutoff: datetime, limit: int | None) -> Any:
+    """Record a new run with its fixed set of events; None when nothing is old enough."""
+    with conn.transaction() as tx:
+        created = conn.execute(db.q("create_run"), {"cutoff": cutoff, "location": location}).fetchone()
+        assert created is not None
+        run_id = created["id"]
+        conn.execute(db.q("select_run_events"), {"run_id": run_id, "cutoff": cutoff, "limit": limit})
+        run = conn.execute(db.q("count_run"), {"run_id": run_id}).fetchone()
+        assert run is not None
+        if run["event_count"] == 0:
+            raise psycopg.Rollback(tx)  # nothing to archive: leave no empty run in the ledger
+    return run if run["event_count"] else None
+
+
+def _finish(
+    spark: SparkSession,
+    url: str,
+    conn: psycopg.Connection[Any],
+    run: dict[str, Any],
+    source: SourceOptions,
+    hook: Hook | None,
+    *,
+    resumed: bool,
+) -> RunResult:
+    run_id = run["id"]
+    if run["state"] == "selected" or not _matches(spark, run):
+        _write(spark, url, run, source)
+        if hook:
+            hook("written", run_id)
+        if not _matches(spark, run):
+            raise ArchiveMismatch(f"archive run {run_id}: the files read back differ from the ledger; nothing deleted")
+        conn.execute(db.q("mark_written"), {"run_id": run_id})
+    if hook:
+        hook("verified", run_id)
+    _delete(conn, run)
+    if hook:
+        hook("deleted", run_id)
+    return RunResult(
+        run_id=run_id,
+        location=run["location"],
+        cutoff=run["cutoff"],
+        events=run["event_count"],
+        timeline=run["timeline_count"],
+        resumed=resumed,
+    )
+
+
+def _write(spark: SparkSession, url: str, run: dict[str, Any], options: SourceOptions) -> None:
+    """(Re)write the run's directories whole, from the rows its ledger names."""
+    bounds = (run["min_event_id"], run["max_event_id"])
+    only_run = {"run_id": run["id"]}
+    with (
+        Source(spark, url, mode=options.mode, jar=options.jar, partitions=options.partitions,
+               staging_dir=options.staging_dir) as src,
+        ThreadPoolExecutor(max_workers=2) as pool,
+    ):  # fmt: skip
+        writes = [
+            pool.submit(_write_table, src.read(relation, bounds, only_run).drop("run_id"), run, table)
+            for relation, table in ((ARCHIVE_EVENTS, "events"), (ARCHIVE_TIMELINE, "timeline"))
+        ]
+        for write in writes:
+            write.result()
+
+
+def _write_table(frame: DataFrame, run: dict[str, Any], table: str) -> None:
+    (
+        frame.repartition("queue", "date")  # one file per queue and day
+        .sortWithinPartitions("queue", "date", "id")
+        .write.mode("overwrite")
+        .partitionBy("queue", "date")
+        .parquet(layout.run_path(run["location"], table, run["id"]))
+    )
+
+
+def _matches(spark: SparkSession, run: dict[str, Any]) -> bool:
+    """The run's files hold exactly its rows: same counts, no duplicate ids, same id sums."""
+    expected = {
+        "events": (run["event_count"], run["event_id_sum"]),
+        "timeline": (run["timeline_count"], run["timeline_id_sum"]),
+    }
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        found = dict(zip(expected, pool.map(partial(_read_back, spark, run), expected), strict=True))
+    return all(found[table] == (count, int(id_sum)) for table, (count, id_sum) in expected.items())
+
+
+def _read_back(spark: SparkSession, run: dict[str, Any], table: str) -> tuple[int, int] | None:
+    """(rows, sum of ids) of a table of the run's files; None when a file is missing or an id repeats."""
+    try:
+        frame = spark.read.parquet(layout.run_path(run["location"], table, run["id"]))
+    except AnalysisException:  # no files yet (a crash before the write)
+        return None
+    found = frame.agg(
+        F.count("*").alias("n"),
+        F.countDistinct("id").alias("distinct"),
+        F.coalesce(F.sum(F.col("id").cast("decimal(38,0)")), F.lit(0)).alias("id_sum"),
+    ).first()
+    if found is None or found["n"] != found["distinct"]:
+        return None
+    return int(found["n"]), int(found["id_sum"])
+
+
+def _delete(conn: psycopg.Connection[Any], run: dict[str, Any]) -> None:
+    """Delete exactly the run's rows in one transaction, or nothing if the counts do not match."""
+    run_id = run["id"]
+    with conn.transaction():
+        conn.execute("SELECT set_config('tickler.archiving', 'on', true)")
+        locked = conn.execute(db.q("lock_run"), {"run_id": run_id}).fetchone()
+        if locked is None:
+            raise ArchiveMismatch(f"archive run {run_id} is not in state 'written'; nothing deleted")
+        timeline = conn.execute(db.q("delete_run_timeline"), {"run_id": run_id}).rowcount
+        conn.execute(db.q("record_archived_keys"), {"run_id": run_id})
+        events = conn.execute(db.q("delete_run_events"), {"run_id": run_id}).rowcount
+        if (events, timeline) != (run["event_count"], run["timeline_count"]):
+            raise ArchiveMismatch(
+                f"archive run {run_id}: would delete {events} events and {timeline} timeline entries, "
+                f"the ledger says {run['event_count']} and {run['timeline_count']}; nothing deleted"
+            )
+        conn.execute(db.q("delete_run_items"), {"run_id": run_id})
+        conn.execute(db.q("mark_deleted"), {"run_id": run_id})

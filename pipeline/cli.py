@@ -1,0 +1,199 @@
+"""`tickler pipeline report|archive|import`: the Spark jobs from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from config import Settings
+from pipeline.source import choose
+from pipeline.spark import PipelineError, create_session, jdbc_jar, one_line
+from scheduler import rules
+from scheduler.db import resolve_database_url
+from scheduler.migrate import MigrationError, migrate
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tickler pipeline",
+        description="Spark jobs over tickler's history. The database is TICKLER_DATABASE_URL, "
+        "else the embedded one under TICKLER_DATA_DIR.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    spark = common.add_argument_group("spark")
+    spark.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    spark.add_argument(
+        "--source",
+        choices=("auto", "jdbc", "snapshot"),
+        default="auto",
+        help="how PostgreSQL is read: JDBC (TCP + driver jar) or a COPY snapshot (default auto)",
+    )
+    spark.add_argument(
+        "--jdbc-jar",
+        help="the PostgreSQL JDBC driver jar (default TICKLER_JDBC_JAR, else /usr/share/java/postgresql.jar)",
+    )
+    spark.add_argument("--partitions", type=int, help="partitions for reads and loads (default: 2 per core)")
+    spark.add_argument("--staging-dir", help="where the snapshot source writes its files (shared, on a cluster)")
+    spark.add_argument("--driver-memory", help="Spark driver memory (default 2g in local mode)")
+    spark.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="any Spark setting")
+    jobs = parser.add_subparsers(dest="job", required=True)
+
+    report = jobs.add_parser("report", parents=[common], help="delivery report: Parquet tables and an HTML page")
+    report.add_argument("--since", type=date.fromisoformat, help="first day, UTC (default: 30 days before --until)")
+    report.add_argument("--until", type=date.fromisoformat, help="day after the last one (default: tomorrow)")
+    report.add_argument("--out", default="tickler-report", help="output directory (default ./tickler-report)")
+    report.add_argument("--top", type=int, default=10, help="how many groups and principals to list")
+
+    archive = jobs.add_parser("archive", parents=[common], help="move finished events to Parquet, then delete them")
+    archive.add_argument(
+        "--to",
+        default=os.environ.get("TICKLER_ARCHIVE_DIR", "tickler-archive"),
+        help="archive location: a directory or a URI (default TICKLER_ARCHIVE_DIR or ./tickler-archive)",
+    )
+    when = archive.add_mutually_exclusive_group()
+    when.add_argument("--before", help="archive events finished before this RFC 3339 time or date (UTC)")
+    when.add_argument(
+        "--older-than-days",
+        type=float,
+        default=30.0,
+        help="archive events finished more than this many days ago (default 30)",
+    )
+    archive.add_argument("--limit", type=int, help="at most this many events in this run")
+
+    load = jobs.add_parser("import", parents=[common], help="schedule events from a CSV or Parquet file")
+    load.add_argument("file", help="CSV (with a header) or Parquet file or directory")
+    load.add_argument("--principal", required=True, help="recorded as enqueued_by and as the timeline actor")
+    load.add_argument("--on-conflict", choices=rules.ON_CONFLICT_CHOICES, default="reject")
+    load.add_argument("--queue", help="queue of rows that do not name one")
+    load.add_argument("--format", choices=("csv", "parquet"), help="default: by the file name (.csv or not)")
+    load.add_argument("--rejects", help="rejects file (default FILE.rejects.csv)")
+    return parser  # fmt: skip
+
+
+def _conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise PipelineError(f"--conf takes KEY=VALUE, not {pair!r}")
+        conf[key] = value
+    return conf
+
+
+def _cutoff(args: argparse.Namespace) -> datetime:
+    if args.before:
+        try:
+            return rules.parse_rfc3339(args.before)
+        except ValueError:
+            try:
+                return datetime.combine(date.fromisoformat(args.before), datetime.min.time(), UTC)
+            except ValueError:
+                raise PipelineError(f"--before takes an RFC 3339 time or a date, not {args.before!r}") from None
+    return datetime.now(UTC) - timedelta(days=args.older_than_days)
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        url = resolve_database_url(settings.database_url, settings.data_dir)
+        migrate(url)
+        jar = jdbc_jar(args.jdbc_jar)
+        if args.job in ("report", "archive"):
+            choose(args.source, url, jar)  # a source that cannot work fails before Spark starts
+        from pyspark.sql import SparkSession
+
+        running = SparkSession.getActiveSession()
+        spark = create_session(args.master, jar=jar, driver_memory=args.driver_memory, conf=_conf(args.conf))
+        try:
+            if args.job == "report":
+                return _report(spark, url, args)
+            if args.job == "archive":
+                return _archive(spark, url, args)
+            return _import(spark, url, args, settings)
+        finally:
+            if running is None:  # stop only a session this call started
+                spark.stop()
+    except (PipelineError, MigrationError) as error:
+        print(f"tickler pipeline: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+
+        if not isinstance(error, PySparkException | Py4JError):
+            raise
+        print(f"tickler pipeline: Spark failed: {one_line(error)}", file=sys.stderr)
+        return 1
+
+
+def _source_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"mode": args.source, "jar": args.jdbc_jar, "partitions": args.partitions, "staging_dir": args.staging_dir}
+
+
+def _report(spark: Any, url: str, args: argparse.Namespace) -> int:
+    from pipeline.report import Period, run_report
+    from pipeline.report_html import percent, seconds
+    from pipeline.source import Source
+
+    until = args.until or datetime.now(UTC).date() + timedelta(days=1)
+    since = args.since or until - timedelta(days=30)
+    if since >= until:
+        raise PipelineError("--since must be before --until")
+    with Source(spark, url, **_source_options(args)) as source:
+        result = run_report(spark, source, Path(args.out), Period(since, until), top=args.top)
+        kind = source.kind
+    print(f"report {since} to {until} (read via {kind}): {result.html}")
+    print(f"{'queue':<24} {'enqueued':>10} {'delivered':>10} {'cancelled':>10} {'dead':>8} {'fail rate':>9} "
+          f"{'late p50':>9} {'late p95':>9} {'late p99':>9}")  # fmt: skip
+    for row in result.tables["summary"]:
+        print(f"{row['queue']:<24} {row['enqueued']:>10,} {row['delivered']:>10,} {row['cancelled']:>10,} "
+              f"{row['dead']:>8,} {percent(row['failure_rate']):>9} {seconds(row['lateness_p50_s']):>9} "
+              f"{seconds(row['lateness_p95_s']):>9} {seconds(row['lateness_p99_s']):>9}")  # fmt: skip
+    return 0
+
+
+def _archive(spark: Any, url: str, args: argparse.Namespace) -> int:
+    from pipeline.archive import ArchiveMismatch, SourceOptions, run_archive
+
+    cutoff = _cutoff(args)
+    try:
+        results = run_archive(
+            spark, url, location=args.to, cutoff=cutoff, limit=args.limit, source=SourceOptions(**_source_options(args))
+        )
+    except ArchiveMismatch as error:
+        print(f"tickler pipeline: {error}", file=sys.stderr)
+        return 1
+    if not results:
+        print(f"nothing finished before {rules.format_timestamp(cutoff)} to archive")
+    for run in results:
+        note = " (finished a run a crash had left)" if run.resumed else ""
+        print(f"archive run {run.run_id}{note}: {run.events:,} events and {run.timeline:,} timeline entries "
+              f"finished before {rules.format_timestamp(run.cutoff)} moved to {run.location}")  # fmt: skip
+    return 0
+
+
+def _import(spark: Any, url: str, args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.importer import run_import
+
+    result = run_import(
+        spark,
+        url,
+        args.file,
+        principal=args.principal,
+        on_conflict=args.on_conflict,
+        queue=args.queue,
+        fmt=args.format,
+        rejects_path=args.rejects,
+        partitions=args.partitions,
+        max_data_bytes=settings.max_event_data_bytes,
+    )
+    print(f"import of {args.file} (principal {args.principal}, on_conflict {args.on_conflict}):")
+    for outcome, n in result.counts.items():
+        print(f"  {outcome:<10} {n:>12,}")
+    print(f"rejects: {result.rejects_path} ({result.rejects:,} rows)")
+    return 0

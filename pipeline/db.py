@@ -1,0 +1,74 @@
+"""The pipeline's side of PostgreSQL: its named queries, connections, and where the server listens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, LiteralString
+from urllib.parse import urlencode
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from scheduler.db import libpq_url
+from scheduler.sql import parse_queries
+
+
+@cache
+def queries() -> dict[str, str]:
+    source = resources.files("pipeline").joinpath("queries.sql").read_text(encoding="utf-8")
+    return parse_queries(source)
+
+
+def q(name: str) -> LiteralString:
+    """The named query `name` of pipeline/queries.sql (psycopg `%(name)s` parameters)."""
+    # the text comes from our own file, never from input: that is what LiteralString stands for
+    text: LiteralString = queries()[name]  # type: ignore[assignment]
+    return text
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A psycopg connection to the database at `url` (any spelling tickler accepts), in UTC."""
+    return psycopg.connect(libpq_url(url), options="-c TimeZone=UTC", application_name="tickler-pipeline", **kwargs)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the server is: TCP host and port, or a unix socket directory."""
+
+    host: str
+    port: int
+    dbname: str
+    user: str
+    password: str
+    params: dict[str, str]
+
+    @property
+    def is_tcp(self) -> bool:
+        return bool(self.host) and not self.host.startswith("/") and not self.host.startswith("@")
+
+    def jdbc_url(self) -> str:
+        """The JDBC URL (credentials travel as properties, not in the URL)."""
+        query = f"?{urlencode(self.params)}" if self.params else ""
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}{query}"
+
+
+# libpq parameters that pgjdbc understands under the same name
+_JDBC_PARAMS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout")
+
+
+def endpoint(url: str) -> Endpoint:
+    info = conninfo_to_dict(libpq_url(url))
+    host = str(info.get("host") or "")
+    # several hosts (failover lists): JDBC takes the first one here
+    host = host.split(",")[0]
+    port = int(str(info.get("port") or "5432").split(",")[0])
+    return Endpoint(
+        host=host,
+        port=port,
+        dbname=str(info.get("dbname") or info.get("user") or "postgres"),
+        user=str(info.get("user") or "postgres"),
+        password=str(info.get("password") or ""),
+        params={k: str(info[k]) for k in _JDBC_PARAMS if info.get(k)},
+    )

@@ -1,0 +1,273 @@
+"""The delivery report: per queue and day, what happened to events, how late and how often they failed.
+
+Definitions (also in docs/pipeline.md):
+- counts per day are timeline entries by the day (UTC) of their `at`;
+- lateness of a delivered event = its `delivered` time minus the schedule the client last asked
+  for (the `schedule_on` of its latest `enqueued`/`replaced`/`rescheduled` entry; retries move the
+  event's own schedule, not what the client asked);
+- failed attempts = `failed` + `lease_expired` + `dead` given by a worker (a `dead` written by
+  tickler follows a `lease_expired` and is not another attempt); failure rate = failed attempts /
+  (failed attempts + deliveries);
+- attempts of a delivered event = redeliver_count + 1;
+- percentiles are nearest-rank (Spark's percentile_approx at accuracy 10,000: exact up to 10,000
+  values per group, within 0.01% of the rank beyond).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from pipeline import layout
+from pipeline.source import EVENTS, TIMELINE, Source
+
+CLIENT_SCHEDULE_ACTIONS = ("enqueued", "replaced", "rescheduled")
+COUNTED_ACTIONS = (
+    "enqueued", "replaced", "rescheduled", "updated", "cancelled",
+    "claimed", "delivered", "failed", "lease_expired", "released", "dead",
+)  # fmt: skip
+PERCENTILES = (0.5, 0.95, 0.99)
+PERCENTILE_ACCURACY = 10_000
+# Lateness histogram buckets: (label, upper bound in seconds, exclusive); None: no bound.
+LATENESS_BUCKETS: tuple[tuple[str, float | None], ...] = (
+    ("early", 0.0),
+    ("< 1 s", 1.0),
+    ("1-5 s", 5.0),
+    ("5-30 s", 30.0),
+    ("30 s-1 min", 60.0),
+    ("1-5 min", 300.0),
+    ("5-15 min", 900.0),
+    ("15 min-1 h", 3600.0),
+    ("1-6 h", 21600.0),
+    ("6-24 h", 86400.0),
+    (">= 1 day", None),
+)
+TABLES = ("daily", "summary", "lateness_histogram", "top_failures")
+
+_EVENT_COLUMNS = ["id", "queue", "group_key", "enqueued_on", "enqueued_by", "redeliver_count"]
+_TIMELINE_COLUMNS = ["id", "queue", "event_id", "at", "action", "actor", "schedule_on"]
+
+
+@dataclass(frozen=True)
+class Period:
+    """Days [since, until) in UTC."""
+
+    since: date
+    until: date
+
+    @property
+    def start(self) -> datetime:
+        return datetime.combine(self.since, time(), UTC)
+
+    @property
+    def end(self) -> datetime:
+        return datetime.combine(self.until, time(), UTC)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    out_dir: Path
+    html: Path
+    tables: dict[str, list[dict[str, Any]]]
+
+
+def load_history(spark: SparkSession, source: Source) -> tuple[DataFrame, DataFrame]:
+    """Events and timeline entries: the live tables plus every archived run, as of one snapshot."""
+    [event_bounds] = source.rows("id_bounds_events")
+    [timeline_bounds] = source.rows("id_bounds_timeline")
+    events = source.read(EVENTS, event_bounds).select(*_EVENT_COLUMNS)
+    timeline = source.read(TIMELINE, timeline_bounds).select(*_TIMELINE_COLUMNS)
+    runs = [(int(run_id), str(location)) for run_id, location, _ in source.rows("archive_runs_readable")]
+    archived_events = layout.read_runs(spark, runs, "events")
+    archived_timeline = layout.read_runs(spark, runs, "timeline")
+    if archived_events is not None:
+        events = events.unionByName(archived_events.select(*_EVENT_COLUMNS))
+    if archived_timeline is not None:
+        timeline = timeline.unionByName(archived_timeline.select(*_TIMELINE_COLUMNS))
+    return events, timeline
+
+
+def _percentiles(column: Column, prefix: str) -> list[Column]:
+    values = F.percentile_approx(column, list(PERCENTILES), PERCENTILE_ACCURACY)
+    return [values[i].alias(f"{prefix}_p{round(p * 100)}_s") for i, p in enumerate(PERCENTILES)]
+
+
+def _seconds_between(later: Column, earlier: Column) -> Column:
+    return (F.unix_micros(later) - F.unix_micros(earlier)) / F.lit(1_000_000.0)
+
+
+def _failed_attempt(timeline: DataFrame) -> Column:
+    return timeline.action.isin("failed", "lease_expired") | (
+        (timeline.action == "dead") & (timeline.actor != "tickler")
+    )
+
+
+def deliveries(events: DataFrame, timeline: DataFrame, period: Period) -> DataFrame:
+    """One row per delivery in the period: queue, day, lateness, attempts, time from enqueue."""
+    asked = (
+        timeline.where(timeline.action.isin(*CLIENT_SCHEDULE_ACTIONS))
+        .groupBy("event_id")
+        .agg(F.max_by("schedule_on", "id").alias("asked_on"))
+    )
+    delivered = timeline.where(
+        (timeline.action == "delivered") & (timeline.at >= F.lit(period.start)) & (timeline.at < F.lit(period.end))
+    ).select("event_id", "queue", F.col("at").alias("delivered_at"))
+    joined = delivered.join(asked, "event_id", "left").join(
+        events.select(F.col("id").alias("event_id"), "enqueued_on", "redeliver_count"), "event_id", "left"
+    )
+    return joined.select(
+        "queue",
+        F.to_date("delivered_at").alias("day"),
+        _seconds_between(F.col("delivered_at"), F.col("asked_on")).alias("lateness_s"),
+        _seconds_between(F.col("delivered_at"), F.col("enqueued_on")).alias("enqueue_to_delivery_s"),
+        (F.col("redeliver_count") + 1).alias("attempts"),
+    )
+
+
+def _delivery_stats(frame: DataFrame) -> DataFrame:
+    return frame.rollup("queue", "day").agg(
+        *_percentiles(F.col("lateness_s"), "lateness"),
+        F.avg("lateness_s").alias("lateness_avg_s"),
+        F.avg("attempts").alias("attempts_avg"),
+        F.max("attempts").alias("attempts_max"),
+        F.avg(F.when(F.col("attempts") > 1, 1.0).otherwise(0.0)).alias("redelivered_share"),
+        *_percentiles(F.col("enqueue_to_delivery_s"), "enqueue_to_delivery"),
+    )
+
+
+def _action_counts(entries: DataFrame) -> DataFrame:
+    counts = [F.count_if(entries.action == action).alias(action) for action in COUNTED_ACTIONS]
+    failed = F.count_if(_failed_attempt(entries)).alias("failed_attempts")
+    return entries.rollup("queue", "day").agg(*counts, failed)
+
+
+def _day_key(frame: DataFrame) -> DataFrame:
+    """A rollup's rows per queue and day, and per queue (day NULL), under one join key; no grand total."""
+    return frame.where(F.col("queue").isNotNull()).withColumn(
+        "_key", F.coalesce(F.col("day").cast("string"), F.lit("period"))
+    )
+
+
+def _with_failure_rate(frame: DataFrame) -> DataFrame:
+    tried = F.col("failed_attempts") + F.col("delivered")
+    return frame.withColumn("failure_rate", F.when(tried > 0, F.col("failed_attempts") / tried))
+
+
+def _histogram(delivered: DataFrame) -> DataFrame:
+    bucket: Any = F
+    for index, (label, bound) in enumerate(LATENESS_BUCKETS):
+        value = F.struct(F.lit(index).alias("bucket"), F.lit(label).alias("label"))
+        condition = F.col("lateness_s") < bound if bound is not None else F.lit(True)
+        bucket = bucket.when(condition, value)
+    return (
+        delivered.where(F.col("lateness_s").isNotNull())
+        .withColumn("b", bucket)
+        .groupBy("queue", F.col("b.bucket").alias("bucket"), F.col("b.label").alias("label"))
+        .agg(F.count("*").alias("deliveries"))
+    )
+
+
+def _top_failures(events: DataFrame, in_period: DataFrame, top: int) -> DataFrame:
+    """The groups (per queue) and the principals with the most failed attempts, `top` of each."""
+    failures = (
+        in_period.where(_failed_attempt(in_period))
+        .select("event_id")
+        .join(events.select(F.col("id").alias("event_id"), "queue", "group_key", "enqueued_by"), "event_id")
+    )
+    grouped = failures.groupingSets([["queue", "group_key"], ["enqueued_by"]], "queue", "group_key", "enqueued_by").agg(
+        F.count("*").alias("failures"),
+        F.countDistinct("event_id").alias("events"),
+        F.grouping("enqueued_by").alias("_by_group"),
+    )
+    kind = F.when(F.col("_by_group") == 1, "group").otherwise("principal")
+    ranked = (
+        grouped.where((F.col("_by_group") == 0) | F.col("group_key").isNotNull())
+        .select(
+            kind.alias("kind"),
+            "queue",
+            F.coalesce("group_key", "enqueued_by").alias("name"),
+            "failures",
+            "events",
+        )
+        .withColumn(
+            "_rank",
+            F.row_number().over(Window.partitionBy("kind").orderBy(F.desc("failures"), "queue", "name")),
+        )
+    )
+    return ranked.where(F.col("_rank") <= top).drop("_rank")
+
+
+def compute(events: DataFrame, timeline: DataFrame, period: Period, top: int = 10) -> dict[str, DataFrame]:
+    """The report's tables (DataFrames, not yet computed; unordered).
+
+    `queues` holds the daily rows and, with day NULL, each queue's whole period (one rollup, one
+    job): run_report splits them into the `daily` and `summary` tables.
+    """
+    timeline = timeline.where(timeline.at < F.lit(period.end))
+    in_period = timeline.where(timeline.at >= F.lit(period.start)).withColumn("day", F.to_date("at"))
+    delivered = deliveries(events, timeline, period)
+    counts = _day_key(_action_counts(in_period))
+    stats = _day_key(_delivery_stats(delivered)).drop("day")
+    queues = counts.join(stats, ["queue", "_key"], "left").drop("_key").transform(_with_failure_rate)
+    return {
+        "queues": queues,
+        "lateness_histogram": _histogram(delivered),
+        "top_failures": _top_failures(events, in_period, top),
+    }
+
+
+# How the collected rows of each table are ordered (Spark leaves them unordered: sorting there
+# would cost a job per table for a few hundred rows).
+_ORDER = {
+    "daily": lambda r: (r["queue"], r["day"]),
+    "summary": lambda r: r["queue"],
+    "lateness_histogram": lambda r: (r["queue"], r["bucket"]),
+    "top_failures": lambda r: (r["kind"] != "group", -r["failures"], r["queue"] or "", r["name"] or ""),
+}
+
+
+def _write(spark: SparkSession, rows: list[Row], schema: StructType, path: Path) -> None:
+    spark.createDataFrame(rows, schema).coalesce(1).write.mode("overwrite").parquet(str(path))
+
+
+def run_report(spark: SparkSession, source: Source, out_dir: Path, period: Period, *, top: int = 10) -> ReportResult:
+    """Compute the report, write each table as Parquet under `out_dir` and the HTML beside them."""
+    from pipeline.report_html import render
+
+    events, timeline = load_history(spark, source)
+    # Nothing after the period matters (these filters reach PostgreSQL through JDBC), and every
+    # table reads the same history: read it once.
+    end = F.lit(period.end)
+    events = events.where(events.enqueued_on < end).persist(StorageLevel.MEMORY_AND_DISK)
+    timeline = timeline.where(timeline.at < end).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        found = {
+            name: (frame.collect(), frame.schema) for name, frame in compute(events, timeline, period, top).items()
+        }
+    finally:
+        events.unpersist()
+        timeline.unpersist()
+    queue_rows, queue_schema = found.pop("queues")
+    summary_schema = StructType([f for f in queue_schema.fields if f.name != "day"])
+    found["daily"] = ([r for r in queue_rows if r["day"] is not None], queue_schema)
+    found["summary"] = ([Row(**{k: v for k, v in r.asDict().items() if k != "day"}) for r in queue_rows
+                         if r["day"] is None], summary_schema)  # fmt: skip
+    tables: dict[str, list[dict[str, Any]]] = {}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        # written from the driver's copy of the rows rather than computed again
+        writes = [pool.submit(_write, spark, *found[name], out_dir / name) for name in TABLES]
+        for name in TABLES:
+            tables[name] = sorted((row.asDict() for row in found[name][0]), key=_ORDER[name])
+        for write in writes:
+            write.result()
+    html = out_dir / "report.html"
+    html.write_text(render(tables, period, generated=datetime.now(UTC), source=source.kind), encoding="utf-8")
+    return ReportResult(out_dir=out_dir, html=html, tables=tables)
