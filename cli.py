@@ -38,7 +38,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--no-webhooks", action="store_true", help="do not deliver webhook queues")
     worker.add_argument("--name", help="worker name recorded as claimed_by (default host:pid)")
-    worker.add_argument("--concurrency", type=int, default=32, help="delivery threads (default 32)")
+    worker.add_argument("--concurrency", type=int, default=96, help="delivery threads (default 96)")
+    worker.add_argument(
+        "--queue-concurrency",
+        type=int,
+        default=64,
+        help="leases of one queue claimed and not yet delivered (default 64; keep it below --concurrency "
+        "so that one slow receiver cannot take every thread)",
+    )
     worker.add_argument("--batch-size", type=int, default=100, help="leases per claim (default 100)")
     worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     worker.add_argument(
@@ -151,6 +158,7 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         name=args.name,
         deliver_webhooks=not args.no_webhooks,
         concurrency=args.concurrency,
+        queue_concurrency=args.queue_concurrency,
         batch_size=args.batch_size,
         shutdown_grace=args.shutdown_grace,
         poll_interval=args.poll_interval,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -74,13 +75,41 @@ def resolve_database_url(database_url: str, data_dir: Path) -> str:
     return sqlalchemy_url(start_embedded(data_dir))
 
 
+# A pooled connection idle for longer than this is checked with a ping before it is handed out.
+IDLE_PING_SECONDS = 10.0
+
+
 def create_engine(url: str, *, pool_size: int = 10) -> sa.Engine:
     """An engine for tickler's store. Callers build it at start-up (never at import time)."""
-    return sa.create_engine(
+    engine = sa.create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
         pool_recycle=3600,
         connect_args={"application_name": "tickler"},
     )
+    _ping_idle_connections(engine)
+    return engine
+
+
+def _ping_idle_connections(engine: sa.Engine) -> None:
+    """Ping a pooled connection on checkout only when it sat idle: a ping on every checkout
+    (pool_pre_ping) costs a round trip per request, while connections that died while in use are
+    already discarded by SQLAlchemy's disconnect handling (which also drops the rest of the pool)."""
+
+    @sa.event.listens_for(engine, "checkin")
+    def _checked_in(dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @sa.event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
+            return
+        try:
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            if not dbapi_connection.autocommit:
+                dbapi_connection.rollback()
+        except psycopg.Error:
+            raise sa.exc.DisconnectionError() from None  # the pool retries with a new connection

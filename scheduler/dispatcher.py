@@ -39,10 +39,10 @@ class DispatcherConfig:
     worker_name: str
     # Leases asked for per claim (per queue).
     batch_size: int = 100
-    # Delivery threads of this process.
-    concurrency: int = 32
-    # Leases of one queue in delivery at once: a slow receiver cannot take every thread.
-    queue_concurrency: int = 16
+    # Delivery threads of this process (they mostly wait on I/O).
+    concurrency: int = 96
+    # Leases of one queue claimed and not yet delivered: a slow receiver cannot take every thread.
+    queue_concurrency: int = 64
     # Safety net: look for due events at least this often, whatever the wake-ups say.
     poll_interval: float = 5.0
     # How often to end expired leases.
@@ -230,10 +230,20 @@ class Dispatcher:
 
     def _free(self, queue: str) -> int:
         with self._lock:
-            total = sum(self._in_flight.values())
-            return max(
-                0, min(self.config.queue_concurrency - self._in_flight.get(queue, 0), self.config.concurrency - total)
-            )
+            return self._free_locked(queue)
+
+    def _free_locked(self, queue: str) -> int:
+        total = sum(self._in_flight.values())
+        return max(
+            0, min(self.config.queue_concurrency - self._in_flight.get(queue, 0), self.config.concurrency - total)
+        )
+
+    @property
+    def _claim_threshold(self) -> int:
+        """Claim for a queue with deliveries in progress only once this many slots are free:
+        claims (and their acks) then carry whole batches instead of the one or two slots the
+        last delivery freed — each transaction costs a WAL flush."""
+        return max(1, min(self.config.batch_size, self.config.queue_concurrency) // 2)
 
     def _claim_loop(self) -> None:
         groups_first = False
@@ -251,9 +261,11 @@ class Dispatcher:
                 queues = self._queues()
                 claimed, open_names = 0, []
                 for queue in queues:
-                    free = self._free(queue.name)
-                    if free <= 0:
-                        continue
+                    with self._lock:
+                        free = self._free_locked(queue.name)
+                        busy = self._in_flight.get(queue.name, 0) > 0
+                    if free <= 0 or (busy and free < self._claim_threshold):
+                        continue  # a delivery finishing will wake this loop
                     open_names.append(queue.name)
                     leases = self.store.leases.claim(
                         queue,
@@ -343,7 +355,14 @@ class Dispatcher:
             with self._lock:
                 self._running -= 1
                 self._running_leases.pop(lease.lease_id, None)
+                # The slot is free once the delivery returned, not once its outcome is written:
+                # the finisher's batched acks then never hold the next claim back.
+                before = self._free_locked(queue.name)
+                self._in_flight[queue.name] = self._in_flight.get(queue.name, 0) - 1
+                crossed = before < self._claim_threshold <= self._free_locked(queue.name)
                 self._lock.notify_all()
+            if crossed or self._in_flight.get(queue.name, 0) == 0:
+                self.listener.poke(queue.name)  # enough room for a claim again
 
     # -- finishing --------------------------------------------------------------------------------
 
@@ -382,7 +401,6 @@ class Dispatcher:
                 # the same way. Drop these outcomes (their leases expire and are redelivered) and
                 # go on: a dead finisher would never free capacity again and stall this worker.
                 log.exception("finish_error", leases=len(pending))
-                self._free_capacity(pending)
                 pending = []
             if stop_seen and not pending:
                 return
@@ -423,14 +441,6 @@ class Dispatcher:
             except StaleLease:
                 log.warning("nack_of_stale_lease", queue=d.queue, lease_id=d.lease.lease_id)
             finished.add(d.lease.lease_id)
-        self._free_capacity(done)
-
-    def _free_capacity(self, done: list[_Done]) -> None:
-        with self._lock:
-            for d in done:
-                self._in_flight[d.queue] = self._in_flight.get(d.queue, 0) - 1
-        for queue in {d.queue for d in done}:
-            self.listener.poke(queue)  # capacity is free again
 
 
 _STOP = _Done("", Lease("", "", None, datetime.min, "", ()), Delivered())
