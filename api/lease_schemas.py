@@ -27,6 +27,21 @@ class ClaimSchema(Schema):
     )
 
 
+class AckManySchema(Schema):
+    """POST /v1/leases/ack."""
+
+    lease_ids = fields.List(
+        fields.UUID(),
+        required=True,
+        validate=validate.Length(min=1, max=1000),
+        metadata={"description": "Leases to finish as delivered (each answers delivered or stale)."},
+    )
+
+
+class AckManyResultSchema(Schema):
+    results = fields.List(fields.Dict())
+
+
 class NackSchema(Schema):
     """POST /v1/leases/{lease_id}/nack."""
 

@@ -9,7 +9,7 @@ import uuid
 from flask import Blueprint, Flask, Response, current_app, jsonify
 
 from api import context
-from api.lease_schemas import ClaimSchema, ExtendSchema, NackSchema
+from api.lease_schemas import AckManySchema, ClaimSchema, ExtendSchema, NackSchema
 from scheduler import metrics
 from scheduler.errors import StaleLease
 from scheduler.models import Lease, lease_to_json
@@ -22,6 +22,7 @@ leases_bp = Blueprint("leases", __name__, url_prefix="/leases")
 _claim_schema = ClaimSchema()
 _nack_schema = NackSchema()
 _extend_schema = ExtendSchema()
+_ack_many_schema = AckManySchema()
 _listener_lock = threading.Lock()
 
 
@@ -62,24 +63,48 @@ def claim(queue: str) -> Response:
     return jsonify({"leases": [lease_to_json(lease) for lease in leases]})
 
 
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _live_lease_queue(lease_id: str) -> str:
     """The queue of a live lease the caller may use; StaleLease (409) otherwise."""
-    try:
-        uuid.UUID(lease_id)
-    except ValueError:
-        raise StaleLease("No such lease.") from None
+    if not _is_uuid(lease_id):
+        raise StaleLease("No such lease.")
     queue = context.store().leases.queue_of(lease_id)
     if queue is None or not context.principal().can_use(queue):
         raise StaleLease("The lease expired, was finished, or never existed.")
     return queue
 
 
+def _allowed_queues() -> list[str] | None:
+    caller = context.principal()
+    return None if caller.is_admin else sorted(caller.queues)
+
+
 @leases_bp.post("/<lease_id>/ack")
 def ack(lease_id: str) -> Response:
-    queue = _live_lease_queue(lease_id)
-    context.store().leases.ack_one(lease_id)
+    if not _is_uuid(lease_id):
+        raise StaleLease("No such lease.")
+    # One statement: the caller's queues are checked inside the ack itself.
+    queue = context.store().leases.ack_one(lease_id, queues=_allowed_queues())
     metrics.DELIVERED.labels(queue).inc()
     return jsonify({"lease_id": lease_id, "status": "delivered"})
+
+
+@leases_bp.post("/ack")
+def ack_many() -> Response:
+    """Ack up to 1,000 leases in one request and one statement; each answers delivered or stale."""
+    fields = _ack_many_schema.load(context.json_body())
+    lease_ids = list(dict.fromkeys(str(lease_id) for lease_id in fields["lease_ids"]))
+    done = context.store().leases.ack(lease_ids, queues=_allowed_queues())
+    for queue in done.values():
+        metrics.DELIVERED.labels(queue).inc()
+    return jsonify({"results": [{"lease_id": i, "status": "delivered" if i in done else "stale"} for i in lease_ids]})
 
 
 @leases_bp.post("/<lease_id>/nack")

@@ -74,6 +74,8 @@ def build_spec(version: str) -> dict[str, Any]:
         "Nack": lease_schemas.NackSchema,
         "Extend": lease_schemas.ExtendSchema,
         "LeaseState": lease_schemas.LeaseStateSchema,
+        "AckMany": lease_schemas.AckManySchema,
+        "AckManyResult": lease_schemas.AckManyResultSchema,
         "IssueToken": tokens.IssueTokenSchema,
         "Token": tokens.TokenSchema,
     }.items():
@@ -234,6 +236,17 @@ def _lease_paths(spec: APISpec, secured: list[dict[str, list[str]]]) -> None:
                 "security": secured,
                 "requestBody": _body("Claim"),
                 "responses": {"200": _json("ClaimResult"), **COMMON},
+            }
+        },
+    )
+    spec.path(
+        path="/v1/leases/ack",
+        operations={
+            "post": {
+                "summary": "Ack many leases in one request: each answers delivered or stale",
+                "security": secured,
+                "requestBody": _body("AckMany"),
+                "responses": {"200": _json("AckManyResult"), **COMMON},
             }
         },
     )

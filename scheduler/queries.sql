@@ -329,7 +329,8 @@ SELECT name FROM tickler_queue WHERE name = ANY(CAST(:queues AS text[])) ORDER B
 -- name: next_due
 -- The earliest schedule_on among claimable events of these queues (NULL: none). Events of a
 -- group that holds a live lease are not claimable until it ends (its end wakes dispatchers).
-SELECT min(next_on) AS next_on FROM (
+-- Also the database's clock at the time of the read.
+SELECT min(next_on) AS next_on, clock_timestamp() AS db_now FROM (
     SELECT (SELECT e.schedule_on FROM tickler_event AS e
             WHERE e.queue = q AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
             ORDER BY e.schedule_on, e.id LIMIT 1) AS next_on
@@ -458,6 +459,8 @@ finished AS (
     FROM clock
     WHERE e.lease_id = ANY(CAST(:lease_ids AS uuid[])) AND e.dequeued_on IS NULL
       AND e.lease_expires_on > clock.now
+      -- a caller limited to some queues cannot finish another tenant's lease (NULL: any queue)
+      AND (CAST(:queues AS text[]) IS NULL OR e.queue = ANY(CAST(:queues AS text[])))
     RETURNING e.*
 ),
 logged AS (

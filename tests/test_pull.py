@@ -136,3 +136,22 @@ def test_long_poll_is_woken_by_a_new_event(client: FlaskClient, emails: str, tok
     poller.join(timeout=20)
     assert [lease["events"][0]["item_key"] for lease in result["body"]["leases"]] == ["now"]
     assert time.monotonic() - t0 < 14
+
+
+def test_batch_ack_answers_per_lease_and_respects_scopes(
+    client: FlaskClient, emails: str, token: str, store: Any
+) -> None:
+    for i in range(3):
+        schedule(client, token, f"k{i}")
+    leases = claim(client, token, limit=3)["leases"]
+    ids = [lease["lease_id"] for lease in leases]
+    stranger = store.tokens.create("billing", queues=["invoices"])
+    refused = client.post("/v1/leases/ack", json={"lease_ids": ids[:1]}, headers=auth(stranger))
+    assert refused.json["results"] == [{"lease_id": ids[0], "status": "stale"}]  # not its queue
+    unknown = "00000000-0000-4000-8000-000000000000"
+    response = client.post("/v1/leases/ack", json={"lease_ids": [*ids, unknown]}, headers=auth(token))
+    assert response.status_code == 200
+    assert [r["status"] for r in response.json["results"]] == ["delivered"] * 3 + ["stale"]
+    assert client.get("/v1/queues/emails", headers=auth(token)).json["counts"]["delivered"] == 3
+    for body in ({}, {"lease_ids": []}, {"lease_ids": ["nope"]}, {"lease_ids": [unknown] * 1001}):
+        assert client.post("/v1/leases/ack", json=body, headers=auth(token)).status_code == 400, body

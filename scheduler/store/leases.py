@@ -17,6 +17,9 @@ from scheduler.sql import q
 # How soon to look again when an event is already due but was not claimed.
 DUE_NOW_RETRY = timedelta(milliseconds=5)
 
+# A dispatcher whose next event is due this soon sleeps without publishing its wake-up.
+SHORT_SLEEP = timedelta(milliseconds=5)
+
 # How many due grouped rows a group claim looks at per group it wants (groups hold several).
 GROUP_SCAN_FACTOR = 50
 
@@ -59,6 +62,8 @@ def _leases(rows: Sequence[sa.RowMapping]) -> list[Lease]:
 class LeaseStore:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
+        # Single statements run without BEGIN / COMMIT round trips.
+        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def claim(
         self,
@@ -70,35 +75,31 @@ class LeaseStore:
         groups_first: bool = False,
         now: datetime | None = None,
     ) -> list[Lease]:
-        """Claim up to `limit` leases of due events of `queue`, in one transaction.
+        """Claim up to `limit` leases of due events of `queue`.
 
-        Ungrouped events get a lease each; each due group gets one lease over all its due events.
+        Ungrouped events get a lease each (one statement); each due group gets one lease over all
+        its due events (one transaction: its advisory locks span two statements).
         `groups_first` alternates which kind is served first, so neither can starve the other.
         """
         seconds = lease_seconds if lease_seconds is not None else queue.lease_seconds
         leases: list[Lease] = []
-        with self.engine.begin() as conn:
-            for kind in ("groups", "events") if groups_first else ("events", "groups"):
-                remaining = limit - len(leases)
-                if remaining <= 0:
-                    break
-                if kind == "events":
-                    rows = (
-                        conn.execute(
-                            q("claim_events"),
-                            {
-                                "queue": queue.name,
-                                "worker": worker,
-                                "limit": remaining,
-                                "lease_seconds": seconds,
-                                "now": now,
-                            },
-                        )
-                        .mappings()
-                        .all()
-                    )
-                    leases.extend(_leases(rows))
-                else:
+        for kind in ("groups", "events") if groups_first else ("events", "groups"):
+            remaining = limit - len(leases)
+            if remaining <= 0:
+                break
+            if kind == "events":
+                params = {
+                    "queue": queue.name,
+                    "worker": worker,
+                    "limit": remaining,
+                    "lease_seconds": seconds,
+                    "now": now,
+                }
+                with self.autocommit.connect() as conn:
+                    rows = conn.execute(q("claim_events"), params).mappings().all()
+                leases.extend(_leases(rows))
+            else:
+                with self.engine.begin() as conn:
                     leases.extend(self._claim_groups(conn, queue.name, worker, remaining, seconds, now))
         return leases
 
@@ -126,16 +127,20 @@ class LeaseStore:
         )
         return _leases(rows)
 
-    def ack(self, lease_ids: Sequence[str], *, now: datetime | None = None) -> dict[str, str]:
-        """Finish these leases as delivered; return {lease_id: queue} of those that were live."""
+    def ack(
+        self, lease_ids: Sequence[str], *, queues: Sequence[str] | None = None, now: datetime | None = None
+    ) -> dict[str, str]:
+        """Finish these leases as delivered (only leases of `queues`, when given); return
+        {lease_id: queue} of those that were live."""
         if not lease_ids:
             return {}
-        with self.engine.begin() as conn:
-            rows = conn.execute(q("ack_leases"), {"lease_ids": list(lease_ids), "now": now}).mappings().all()
+        params = {"lease_ids": list(lease_ids), "queues": None if queues is None else list(queues), "now": now}
+        with self.autocommit.connect() as conn:
+            rows = conn.execute(q("ack_leases"), params).mappings().all()
         return {str(row["lease_id"]): row["queue"] for row in rows}
 
-    def ack_one(self, lease_id: str, *, now: datetime | None = None) -> str:
-        done = self.ack([lease_id], now=now)
+    def ack_one(self, lease_id: str, *, queues: Sequence[str] | None = None, now: datetime | None = None) -> str:
+        done = self.ack([lease_id], queues=queues, now=now)
         if lease_id not in done:
             raise StaleLease("The lease expired, was finished, or never existed.")
         return done[lease_id]
@@ -153,7 +158,7 @@ class LeaseStore:
         # PostgreSQL text cannot hold NUL, and error texts come from handlers and receivers
         # (exception messages, binary replies): a NUL must not make the failure unrecordable.
         error = error.replace("\x00", "\ufffd")
-        with self.engine.begin() as conn:
+        with self.autocommit.connect() as conn:
             rows = (
                 conn.execute(
                     q("fail_lease"),
@@ -214,10 +219,19 @@ class LeaseStore:
         a transaction that is about to commit: look again almost at once.
         """
         names = sorted(set(queues))
+        # First a plain read: when the next event is due within SHORT_SLEEP, sleep until it
+        # without the handshake, whose row lock and write cost a commit (a WAL flush) on every
+        # claim cycle at high rates. An earlier event written meanwhile waits at most that long.
+        with self.autocommit.connect() as conn:
+            peek = conn.execute(q("next_due"), {"queues": names}).mappings().one()
+        if peek["next_on"] is not None and peek["next_on"] - peek["db_now"] <= SHORT_SLEEP:
+            wake_at = max(peek["next_on"], peek["db_now"] + DUE_NOW_RETRY)
+            return SleepPlan(db_now=peek["db_now"], next_due=peek["next_on"], wake_at=wake_at)
         with self.engine.begin() as conn:
             conn.execute(q("prepare_to_sleep"), {"queues": names})
-            db_now: datetime = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
-            next_due: datetime | None = conn.execute(q("next_due"), {"queues": names}).scalar()
+            found = conn.execute(q("next_due"), {"queues": names}).mappings().one()
+            db_now: datetime = found["db_now"]
+            next_due: datetime | None = found["next_on"]
             wake_at = db_now + timedelta(seconds=max_seconds)
             if next_due is not None:
                 wake_at = min(wake_at, max(next_due, db_now + DUE_NOW_RETRY))
