@@ -44,6 +44,38 @@ FROM incoming AS i LEFT JOIN inserted AS n ON n.item_key = i.item_key
 CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w
 ORDER BY i.ord;
 
+-- name: schedule_event
+-- Insert one event unless its key has an open event; returns the new event (no row: the key is
+-- taken). The API's hot path: one statement, one round trip. Same effects as schedule_events.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+inserted AS (
+    INSERT INTO tickler_event AS e
+        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts)
+    SELECT :queue, :item_key, :group_key,
+           coalesce(CAST(:schedule_on AS timestamptz),
+                    clock.now + make_interval(secs => coalesce(CAST(:delay_seconds AS double precision), 0))),
+           CAST(:data AS jsonb), clock.now, :actor,
+           coalesce(CAST(:max_attempts AS integer), :default_max_attempts)
+    FROM clock
+    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO NOTHING
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT queue, item_key, id, enqueued_on, 'enqueued', enqueued_by, schedule_on,
+           jsonb_strip_nulls(jsonb_build_object('group_key', group_key, 'max_attempts', max_attempts))
+    FROM inserted
+),
+hint AS (
+    SELECT q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
+),
+wake AS (
+    SELECT pg_notify('tickler_wake', :queue) FROM hint
+    WHERE hint.next_wake > (SELECT schedule_on FROM inserted)
+)
+SELECT n.*, tickler_status(n.outcome, n.lease_expires_on, clock.now) AS status
+FROM inserted AS n CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+
 -- name: schedule_events_replacing
 -- Insert events from a JSON array; an open event with the same key that is not held under a
 -- lease is replaced (same id, new schedule, data, group and max_attempts). Leased ones are left.
@@ -217,7 +249,7 @@ changed AS (
         outcome = CASE WHEN x.exhausted THEN 'dead' END,
         version = e.version + 1
     FROM expired AS x CROSS JOIN clock
-    WHERE e.id = x.id
+    WHERE e.id = x.id AND e.id = ANY(ARRAY(SELECT id FROM expired))  -- primary-key lookups (see claim_events)
     RETURNING e.*, x.lease_id AS old_lease_id, x.claimed_by AS old_claimed_by,
               x.lease_expires_on AS old_lease_expires_on, x.exhausted
 ),
@@ -369,8 +401,10 @@ claimed AS (
         lease_id = gen_random_uuid(),
         lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
         version = e.version + 1
-    FROM candidates AS c CROSS JOIN clock
-    WHERE e.id = c.id
+    FROM clock
+    -- = ANY(ARRAY(...)) and not a join: a join lets the planner hash-join a sequential scan of
+    -- the whole table once it believes the candidates are many; this is always primary-key lookups.
+    WHERE e.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING e.*
 ),
 logged AS (
@@ -437,7 +471,7 @@ claimed AS (
         lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
         version = e.version + 1
     FROM members AS m CROSS JOIN clock
-    WHERE e.id = m.id
+    WHERE e.id = m.id AND e.id = ANY(ARRAY(SELECT id FROM members))  -- primary-key lookups (see claim_events)
     RETURNING e.*
 ),
 logged AS (
@@ -510,7 +544,7 @@ changed AS (
         outcome = CASE WHEN f.is_dead THEN 'dead' END,
         version = e.version + 1
     FROM failing AS f CROSS JOIN clock
-    WHERE e.id = f.id
+    WHERE e.id = f.id AND e.id = ANY(ARRAY(SELECT id FROM failing))  -- primary-key lookups (see claim_events)
     RETURNING e.*, f.is_dead, CAST(:lease_id AS uuid) AS old_lease_id
 ),
 logged AS (

@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 import sqlalchemy as sa
+import structlog
 
 from config import Settings
 from scheduler.db import create_engine, resolve_database_url
@@ -36,6 +37,21 @@ from scheduler.dispatcher import Dispatcher, DispatcherConfig
 from scheduler.migrate import migrate
 from scheduler.store import Store
 from scheduler.wakeup import WakeupListener
+
+log = structlog.get_logger(__name__)
+
+
+def _warn_without_autovacuum(engine: sa.Engine) -> None:
+    """Without autovacuum, dead entries pile up in the claim indexes and every claim slows down
+    (see migrations/0004_vacuum.sql): say so where operators look."""
+    with engine.connect() as conn:
+        setting = conn.execute(sa.text("SHOW autovacuum")).scalar()
+    if setting != "on":
+        log.warning(
+            "autovacuum_off",
+            detail="PostgreSQL runs with autovacuum = off: claims will slow down as events finish. "
+            "Turn it on, or VACUUM tickler_event regularly.",
+        )
 
 
 def default_worker_name() -> str:
@@ -80,6 +96,7 @@ class Worker:
                 migrate(url)
             self._engine = create_engine(url, pool_size=self.settings.pool_size)
             self._owns_engine = True
+        _warn_without_autovacuum(self._engine)
         handler_deliverer = HandlerDeliverer(self.handlers)
         deliverers: dict[str, Deliverer] = {queue: handler_deliverer for queue in self.handlers.queues}
         self._dispatcher = Dispatcher(

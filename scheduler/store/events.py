@@ -67,6 +67,8 @@ def _events_json(events: Sequence[NewEvent]) -> str:
 class EventStore:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
+        # Single statements run without BEGIN / COMMIT round trips.
+        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -79,17 +81,22 @@ class EventStore:
         event is held under a live lease); both carry the existing event.
         """
         for _ in range(_SCHEDULE_ATTEMPTS):
-            with self.engine.begin() as conn:
-                [result] = self._schedule(conn, queue, [event], actor=actor, on_conflict=on_conflict, now=now)
-                if result.id is not None and result.outcome in ("created", "replaced"):
-                    return self._by_id(conn, result.id, now), result.outcome
-            # Not written: read the open event in a fresh statement, which sees every commit.
-            with self.engine.connect() as conn:
-                row = (
-                    conn.execute(q("get_open_event"), {"queue": queue.name, "item_key": event.item_key, "now": now})
-                    .mappings()
-                    .first()
-                )
+            if on_conflict == "replace":
+                with self.engine.begin() as conn:
+                    [result] = self._schedule(conn, queue, [event], actor=actor, on_conflict=on_conflict, now=now)
+                    if result.outcome in ("created", "replaced"):
+                        assert result.id is not None
+                        return self._by_id(conn, result.id, now), result.outcome
+                row = self._open_event(queue.name, event.item_key, now)
+            else:
+                # One autocommit statement inserts and returns the event; when the key is taken,
+                # the next statement (a fresh snapshot) reads the event that holds it.
+                with self.autocommit.connect() as conn:
+                    inserted = conn.execute(q("schedule_event"), self._one_event_params(queue, event, actor, now))
+                    created = inserted.mappings().first()
+                    if created is not None:
+                        return Event.from_row(created), "created"
+                row = self._open_event(queue.name, event.item_key, now)
             if row is None:
                 continue  # it finished meanwhile; the key is free, schedule again
             existing = Event.from_row(row)
@@ -99,6 +106,28 @@ class EventStore:
                 raise InFlight("The open event with this key is in flight; it cannot be replaced.", event=existing)
             raise KeyConflict("An open event already has this key.", event=existing)
         raise RuntimeError(f"could not schedule {event.item_key!r}: its key kept changing state")
+
+    def _open_event(self, queue: str, item_key: str, now: datetime | None) -> sa.RowMapping | None:
+        with self.autocommit.connect() as conn:
+            found: sa.RowMapping | None = (
+                conn.execute(q("get_open_event"), {"queue": queue, "item_key": item_key, "now": now}).mappings().first()
+            )
+        return found
+
+    @staticmethod
+    def _one_event_params(queue: Queue, event: NewEvent, actor: str, now: datetime | None) -> dict[str, Any]:
+        return {
+            "queue": queue.name,
+            "item_key": event.item_key,
+            "group_key": event.group_key,
+            "schedule_on": event.schedule_on,
+            "delay_seconds": event.delay_seconds,
+            "data": json.dumps(event.data, separators=(",", ":")),
+            "max_attempts": event.max_attempts,
+            "default_max_attempts": queue.max_attempts,
+            "actor": actor,
+            "now": now,
+        }
 
     def schedule_batch(
         self,
@@ -162,7 +191,7 @@ class EventStore:
 
     def get(self, queue: str, item_key: str, *, now: datetime | None = None) -> Event:
         """The open event of the key, else its most recent one."""
-        with self.engine.connect() as conn:
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
             row = (
                 conn.execute(q("get_latest_event"), {"queue": queue, "item_key": item_key, "now": now})
                 .mappings()
@@ -173,7 +202,7 @@ class EventStore:
         return Event.from_row(row)
 
     def get_many(self, ids: Sequence[int], *, now: datetime | None = None) -> list[Event]:
-        with self.engine.connect() as conn:
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
             rows = conn.execute(q("get_events_by_id"), {"ids": list(ids), "now": now}).mappings().all()
         by_id = {row["id"]: Event.from_row(row) for row in rows}
         return [by_id[i] for i in ids if i in by_id]
@@ -181,7 +210,7 @@ class EventStore:
     def timeline(self, queue: str, item_key: str) -> list[TimelineEntry]:
         """The key's timeline entries still in PostgreSQL, oldest first. Empty when all of them
         were archived (see archived()); NotFound when the key was never seen."""
-        with self.engine.connect() as conn:
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
             rows = conn.execute(q("timeline"), {"queue": queue, "item_key": item_key}).mappings().all()
             if not rows and archived_history(conn, queue, item_key) is None:
                 raise NotFound(f"Key {item_key!r} was never seen in queue {queue!r}.")
@@ -193,7 +222,7 @@ class EventStore:
 
     def search(self, queue: str, where: search.SearchFilter, *, now: datetime | None = None) -> list[Event]:
         """A page of events in (schedule_on, id) order; see scheduler.store.search."""
-        with self.engine.connect() as conn:
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
             rows = conn.execute(search.build_query(queue, where, now)).mappings().all()
         return [Event.from_row(row) for row in rows]
 

@@ -206,7 +206,7 @@ class LeaseStore:
 
     def queue_of(self, lease_id: str, *, now: datetime | None = None) -> str | None:
         """The queue of a live lease, or None."""
-        with self.engine.connect() as conn:
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
             queue: str | None = conn.execute(q("lease_queue"), {"lease_id": lease_id, "now": now}).scalar()
         return queue
 

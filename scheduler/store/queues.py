@@ -48,6 +48,7 @@ class PutQueueResult:
 class QueueStore:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
+        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def put(self, name: str, wanted: QueueSettings, defaults: Settings) -> PutQueueResult:
         """Create the queue `name`, or change the settings given in `wanted`."""
@@ -64,20 +65,20 @@ class QueueStore:
         return PutQueueResult(Queue.from_row(result), bool(result["created"]), new_secret)
 
     def get(self, name: str) -> Queue:
-        with self.engine.connect() as conn:
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
             row = conn.execute(q("get_queue"), {"name": name}).mappings().first()
         if row is None:
             raise NotFound(f"No queue named {name!r}.")
         return Queue.from_row(row)
 
     def list(self, names: list[str] | None = None) -> list[Queue]:
-        with self.engine.connect() as conn:
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
             rows = conn.execute(q("list_queues"), {"names": names}).mappings().all()
         return [Queue.from_row(row) for row in rows]
 
     def counts(self, name: str, now: datetime | None = None) -> dict[str, int]:
         """Events of the queue by status; reads counters and the small set of open, due rows."""
-        with self.engine.connect() as conn:
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
             states = {row.state: row.n for row in conn.execute(q("queue_state_counts"), {"queue": name})}
             live = conn.execute(q("queue_live_counts"), {"queue": name, "now": now}).mappings().one()
         open_events = int(states.get("open", 0))

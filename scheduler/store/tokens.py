@@ -40,6 +40,7 @@ def _info(row: sa.RowMapping) -> TokenInfo:
 class TokenStore:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
+        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def create(self, principal: str, *, queues: list[str] | tuple[str, ...] = (), is_admin: bool = False) -> str:
         """Create a token for `principal`, scoped to `queues` (all queues if admin); return it."""
@@ -67,7 +68,7 @@ class TokenStore:
         return token, _info(row)
 
     def list(self) -> list[TokenInfo]:
-        with self.engine.connect() as conn:
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
             return [_info(row) for row in conn.execute(q("list_tokens")).mappings()]
 
     def revoke(self, token_id: int) -> TokenInfo | None:
@@ -77,7 +78,7 @@ class TokenStore:
         return _info(row) if row else None
 
     def authenticate(self, token: str) -> Principal | None:
-        with self.engine.connect() as conn:
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
             row = conn.execute(q("find_token"), {"token_hash": hash_token(token)}).mappings().first()
         if row is None:
             return None

@@ -1,0 +1,64 @@
+"""The hot queries stay on their indexes, also on a table with no statistics yet (a fresh
+install) and after a large load: a plan that scans open events would slow every claim."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from scheduler.models import NewEvent, Queue
+from scheduler.sql import queries
+from scheduler.store import Store
+
+
+def plan(raw: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> str:
+    """EXPLAIN (FORMAT JSON) of a named query, with its :params bound, as text."""
+    text = str(queries()[name].compile(compile_kwargs={"render_postcompile": True}))
+    converted = text
+    for key in sorted(params, key=len, reverse=True):
+        converted = converted.replace(f":{key}", f"%({key})s")
+    rows = raw.execute(f"EXPLAIN (FORMAT JSON) {converted}", params).fetchone()
+    assert rows is not None
+    return json.dumps(rows[0])
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+def test_claims_and_acks_use_their_indexes(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], analysed: bool
+) -> None:
+    queue = make_queue("emails")
+    for start in range(0, 20_000, 5_000):
+        store.events.schedule_batch(
+            queue,
+            [NewEvent(item_key=f"k{i}", data={}, delay_seconds=3600) for i in range(start, start + 5_000)],
+            actor="load",
+        )
+    store.events.schedule_batch(queue, [NewEvent(item_key=f"due{i}", data={}) for i in range(100)], actor="load")
+    leases = store.leases.claim(queue, worker="w", limit=50)
+    if analysed:
+        raw.execute("ANALYZE tickler_event")
+    else:
+        raw.execute("SELECT pg_stat_reset_single_table_counters('tickler_event'::regclass)")
+    claim = plan(
+        raw, "claim_events", {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None}
+    )
+    assert "tickler_event_claimable" in claim and '"Seq Scan"' not in claim
+    ack = plan(
+        raw,
+        "ack_leases",
+        {"lease_ids": [lease.lease_id for lease in leases] + [str(uuid.uuid4())], "queues": None, "now": None},
+    )
+    assert "tickler_event_leased" in ack and '"Seq Scan"' not in ack
+    groups = plan(raw, "lock_due_groups", {"queue": "emails", "limit": 10, "scan": 500, "now": None})
+    assert "tickler_event_claimable_group" in groups and '"Seq Scan"' not in groups
+    grouped = plan(
+        raw,
+        "claim_groups",
+        {"queue": "emails", "groups": ["g1", "g2"], "worker": "w", "lease_seconds": 30, "now": None},
+    )
+    assert '"Seq Scan"' not in grouped
