@@ -7,6 +7,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request, url_for
 
 from api import context
+from api.batch_fast import data_is_certainly_storable, valid_batch
 from api.metrics import EVENTS_SCHEDULED
 from api.render import etag, event_json, timeline_json
 from api.schemas import (
@@ -97,14 +98,18 @@ def schedule(queue: str) -> Response:
 def schedule_batch(queue: str) -> Response:
     target = context.visible_queue(queue)
     settings = context.tickler().settings
-    fields = BatchSchema(max_events=settings.max_batch_events).load(context.json_body())
-    for index, item in enumerate(fields["events"]):
-        _check_data(item["data"], f"events[{index}].data")
+    body = context.json_body()
+    fast = valid_batch(body, max_events=settings.max_batch_events)
+    if fast is not None:
+        events, on_conflict = fast
+    else:  # not certainly valid: the schema decides, and names every error
+        fields = BatchSchema(max_events=settings.max_batch_events).load(body)
+        events, on_conflict = [_new_event(item) for item in fields["events"]], fields["on_conflict"]
+    if not data_is_certainly_storable(request.get_data(cache=True), settings.max_event_data_bytes):
+        for index, event in enumerate(events):
+            _check_data(event.data, f"events[{index}].data")
     results = context.store().events.schedule_batch(
-        target,
-        [_new_event(item) for item in fields["events"]],
-        actor=context.principal().name,
-        on_conflict=fields["on_conflict"],
+        target, events, actor=context.principal().name, on_conflict=on_conflict
     )
     counts: dict[str, int] = {}
     for result in results:

@@ -1,0 +1,82 @@
+"""Pull consumers over HTTP: 4 processes claiming 100 at a time and acking them with one batch ack,
+beside the same round trips in plain SQL (claim 100, then one completing UPDATE for the batch)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench import baseline
+from bench.drain import baseline_fill, fill_tickler
+from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median, say, with_database
+from bench.http import Client, gunicorn
+from bench.procs import SPAWN
+
+CONSUMERS = 4
+LIMIT = 100
+TARGET = 10_000
+
+
+def _consumer(port: int, token: str, name: str, go: Any, out: Any) -> None:
+    client = Client(port, token)
+    go.wait()
+    done = 0
+    while True:
+        status, body = client.post(f"/v1/queues/{QUEUE}/claims", {"worker": name, "limit": LIMIT})
+        assert status == 200, status
+        if not body["leases"]:
+            break
+        status, acked = client.post("/v1/leases/ack", {"lease_ids": [lease["lease_id"] for lease in body["leases"]]})
+        assert status == 200, status
+        assert all(result["status"] == "delivered" for result in acked["results"])
+        done += sum(len(lease["events"]) for lease in body["leases"])
+    out.put((time.time(), done))
+
+
+def _baseline_consumer(url: str, go: Any, out: Any) -> None:
+    with baseline.connect(url) as conn:
+        go.wait()
+        done = 0
+        while rows := baseline.claim(conn, QUEUE, "pull", LIMIT):
+            baseline.complete(conn, [int(row[0]) for row in rows])  # type: ignore[call-overload]
+            done += len(rows)
+    out.put((time.time(), done))
+
+
+def _race(target: Any, args_of: Any, n: int) -> float:
+    go = SPAWN.Event()
+    out = SPAWN.Queue()
+    procs = [SPAWN.Process(target=target, args=(*args_of(c), go, out)) for c in range(CONSUMERS)]
+    for proc in procs:
+        proc.start()
+    time.sleep(1.0)
+    started = time.time()
+    go.set()
+    results = [out.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(10)
+    done = sum(d for _, d in results)
+    if done != n:
+        raise RuntimeError(f"consumers finished {done} events of {n}")
+    return float(n / (max(t for t, _ in results) - started))
+
+
+def run(ctx: Context) -> list[Row]:
+    n = ctx.size(400, 4_000)
+    with ctx.database() as url:
+        make_queue(url)
+        baseline.install(url)
+        token = admin_token(url)
+        runs = []
+        with gunicorn(url) as port:
+            for r in range(ctx.repeats):
+                fill_tickler(url, n, delay_seconds=-1)
+                runs.append(_race(_consumer, lambda c, r=r: (port, token, f"c{r}{c}"), n))
+        base_runs = []
+        for _ in range(ctx.repeats):
+            baseline_fill(url, n)
+            base_runs.append(_race(_baseline_consumer, lambda c: (with_database(url, url.rsplit("/", 1)[1]),), n))
+    t, b = median(runs), median(base_runs)
+    name = f"pull consumers over HTTP, {CONSUMERS} consumers, claim {LIMIT} / batch ack"
+    say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({runs} / {base_runs})")
+    return [Row(name, t, b, "events/s", "≥ 10,000/s with 4 consumers", t >= TARGET, runs=runs, baseline_runs=base_runs)]
