@@ -121,7 +121,7 @@ def test_unreachable_receiver_is_a_failed_attempt(store: Store, dispatcher: Disp
     )
     store.events.schedule(store.queues.get("hooks"), NewEvent(item_key="k", data={}), actor="x")
     wait_until(lambda: store.events.get("hooks", "k").redeliver_count == 1)
-    assert "ConnectionError" in (store.events.get("hooks", "k").last_error or "")
+    assert "ConnectionRefusedError" in (store.events.get("hooks", "k").last_error or "")
 
 
 def test_rotated_secret_signs_beside_the_old_one(store: Store, dispatcher: Dispatcher) -> None:

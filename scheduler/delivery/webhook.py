@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import email.utils
 import hashlib
+import http.client
 import json
 import threading
 import time
 from datetime import UTC, datetime
-
-import requests
+from urllib.parse import urlsplit
 
 from scheduler.delivery import Dead, Delivered, Failed, Outcome
 from scheduler.delivery.signing import signature_header
 from scheduler.models import Lease, Queue, event_to_json
 
 MAX_ERROR_LENGTH = 500
+# How much of a receiver's answer is read (the first 200 bytes go into last_error).
+MAX_BODY_READ = 64 * 1024
 
 
 def message_id(lease: Lease) -> str:
@@ -48,28 +50,41 @@ def retry_after_seconds(value: str | None, now: float) -> float | None:
 
 
 class WebhookDeliverer:
-    """Sends with one HTTP session per delivery thread (connections are reused per receiver)."""
+    """Sends over one keep-alive connection per receiver and delivery thread.
+
+    Plain http.client, not requests: requests spends ~0.6 ms of CPU per call on top, which under
+    the GIL caps a worker's deliveries per second well below what its receivers can take.
+    """
 
     def __init__(self, *, user_agent: str = "tickler") -> None:
         self._local = threading.local()
         self._user_agent = user_agent
 
-    def _session(self) -> requests.Session:
-        session: requests.Session | None = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            session.headers["User-Agent"] = self._user_agent
-            self._local.session = session
-        return session
+    def _connection(self, scheme: str, netloc: str, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        """The thread's connection to this receiver (and whether it was used before)."""
+        pool: dict[tuple[str, str], http.client.HTTPConnection] = self._local.__dict__.setdefault("pool", {})
+        found = pool.get((scheme, netloc))
+        if found is not None:
+            found.timeout = timeout
+            return found, True
+        cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+        connection = cls(netloc, timeout=timeout)
+        pool[(scheme, netloc)] = connection
+        return connection, False
+
+    def _forget(self, scheme: str, netloc: str) -> None:
+        connection = self._local.__dict__.get("pool", {}).pop((scheme, netloc), None)
+        if connection is not None:
+            connection.close()
 
     def deliver(self, queue: Queue, lease: Lease) -> Outcome:
-        assert queue.webhook_url and queue.signing_secret
+        assert queue.webhook_url and queue.signing_secret and queue.webhook_timeout_seconds
         body = json.dumps(
             {"queue": lease.queue, "group_key": lease.group_key, "events": [event_to_json(e) for e in lease.events]},
             separators=(",", ":"),
             ensure_ascii=False,
         ).encode()
-        now = time.time()
+        now = int(time.time())
         secrets = [queue.signing_secret]
         if (
             queue.previous_signing_secret
@@ -80,26 +95,39 @@ class WebhookDeliverer:
         msg_id = message_id(lease)
         headers = {
             "Content-Type": "application/json",
+            "User-Agent": self._user_agent,
             "webhook-id": msg_id,
-            "webhook-timestamp": str(int(now)),
-            "webhook-signature": signature_header(secrets, msg_id, int(now), body),
+            "webhook-timestamp": str(now),
+            "webhook-signature": signature_header(secrets, msg_id, now, body),
         }
-        try:
-            response = self._session().post(
-                queue.webhook_url,
-                data=body,
-                headers=headers,
-                timeout=queue.webhook_timeout_seconds,
-                allow_redirects=False,
-            )
-        except requests.Timeout:
-            return Failed(f"timed out after {queue.webhook_timeout_seconds} s")
-        except requests.RequestException as error:
-            return Failed(f"{type(error).__name__}: {error}"[:MAX_ERROR_LENGTH])
-        if 200 <= response.status_code < 300:
+        url = urlsplit(queue.webhook_url)
+        target = url.path or "/"
+        if url.query:
+            target += "?" + url.query
+        for attempt in (1, 2):
+            connection, reused = self._connection(url.scheme, url.netloc, queue.webhook_timeout_seconds)
+            try:
+                connection.request("POST", target, body=body, headers=headers)
+                response = connection.getresponse()
+                text = response.read(MAX_BODY_READ)
+                if not response.isclosed():  # an answer too long to read: do not reuse the connection
+                    self._forget(url.scheme, url.netloc)
+                break
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as error:
+                self._forget(url.scheme, url.netloc)
+                if reused and attempt == 1:
+                    continue  # the receiver closed an idle keep-alive connection: once more, anew
+                return Failed(f"{type(error).__name__}: {error}"[:MAX_ERROR_LENGTH])
+            except TimeoutError:
+                self._forget(url.scheme, url.netloc)
+                return Failed(f"timed out after {queue.webhook_timeout_seconds} s")
+            except (OSError, http.client.HTTPException) as error:
+                self._forget(url.scheme, url.netloc)
+                return Failed(f"{type(error).__name__}: {error}"[:MAX_ERROR_LENGTH])
+        status = response.status
+        if 200 <= status < 300:
             return Delivered()
-        text = response.text[:200]
-        if response.status_code == 410:
-            return Dead(f"HTTP 410 Gone: {text}"[:MAX_ERROR_LENGTH])
-        retry_in = retry_after_seconds(response.headers.get("Retry-After"), time.time())
-        return Failed(f"HTTP {response.status_code}: {text}"[:MAX_ERROR_LENGTH], retry_in)
+        summary = f"HTTP {status}: {text[:200].decode('utf-8', 'replace')}"[:MAX_ERROR_LENGTH]
+        if status == 410:
+            return Dead(summary.replace("HTTP 410:", "HTTP 410 Gone:", 1))
+        return Failed(summary, retry_after_seconds(response.getheader("Retry-After"), time.time()))

@@ -1,0 +1,42 @@
+"""Claim + deliver + finish with an in-process no-op handler, 1/2/4 workers, beside the baseline."""
+
+from __future__ import annotations
+
+from bench import baseline
+from bench.drain import baseline_fill, tickler_rate
+from bench.harness import QUEUE, Context, Row, make_queue, median, say
+from bench.procs import WorkerSpec, run_baseline_workers, tickler_workers
+
+TARGET = 0.6
+
+
+def measure(ctx: Context, *, workers: int, batch: int, n: int, default_config: bool = False) -> Row:
+    name = f"claim+deliver+finish, no-op handler, {workers} worker(s), batch {batch}"
+    if default_config:
+        name += " (default concurrency and queue_concurrency)"
+    with ctx.database() as url:
+        make_queue(url)
+        baseline.install(url)
+        # The dispatcher claims min(batch, free slots): give it room for a whole batch unless asked not to.
+        room = {} if default_config else {"concurrency": max(96, batch), "queue_concurrency": max(64, batch)}
+        specs = [WorkerSpec(url, QUEUE, batch, name=f"w{i}", **room) for i in range(workers)]  # type: ignore[arg-type]
+        with tickler_workers(specs):
+            tickler_runs = [tickler_rate(url, n) for _ in range(ctx.repeats)]
+        base_runs = []
+        for _ in range(ctx.repeats):
+            baseline_fill(url, n)
+            base_runs.append(n / run_baseline_workers(url, QUEUE, workers=workers, batch=batch))
+    t, b = median(tickler_runs), median(base_runs)
+    say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({tickler_runs} / {base_runs})")
+    return Row(name, t, b, "events/s", "≥ 60% of baseline", t >= TARGET * b, runs=tickler_runs, baseline_runs=base_runs)
+
+
+def run(ctx: Context) -> list[Row]:
+    if ctx.quick:  # one configuration of each kind proves the harness
+        return [measure(ctx, workers=1, batch=1, n=50), measure(ctx, workers=2, batch=100, n=1_000)]
+    rows = []
+    for batch, n in ((1, 2_000), (100, 30_000)):
+        for workers in (1, 2, 4):
+            rows.append(measure(ctx, workers=workers, batch=batch, n=n))
+    rows.append(measure(ctx, workers=1, batch=100, n=30_000, default_config=True))
+    return rows
