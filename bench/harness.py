@@ -1,0 +1,225 @@
+"""The harness: the PostgreSQL server, a fresh database per scenario, repeats and medians, result rows."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from scheduler.db import libpq_url
+from scheduler.migrate import migrate
+from scheduler.store import Store
+
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+ROOT = Path(__file__).resolve().parent.parent
+QUEUE = "bench"
+
+
+@dataclass
+class Row:
+    """One line of the results table. `higher_is_better` tells how to read the ratio."""
+
+    scenario: str
+    tickler: float | None
+    baseline: float | None
+    unit: str
+    target: str
+    met: bool | None
+    note: str = ""
+    runs: list[float] = field(default_factory=list)
+    baseline_runs: list[float] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.tickler is None or not self.baseline:
+            return None
+        return self.tickler / self.baseline
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Context:
+    """What every scenario gets: the server, the sizes to use, and a place for findings."""
+
+    admin_url: str
+    quick: bool
+    repeats: int
+    soak_minutes: float
+    findings: dict[str, str] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    def size(self, quick: int, full: int) -> int:
+        return quick if self.quick else full
+
+    @contextlib.contextmanager
+    def database(self, *, tickler: bool = True) -> Iterator[str]:
+        """A fresh database (migrated for tickler when asked), dropped afterwards; yields its libpq URL."""
+        url = create_database(self.admin_url)
+        try:
+            if tickler:
+                migrate(url)
+            yield url
+        finally:
+            drop_database(self.admin_url, url)
+
+
+def say(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def repeat(times: int, measure: Callable[[], float]) -> list[float]:
+    """Run `measure` `times` times; return every value (the caller takes the median)."""
+    return [measure() for _ in range(times)]
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+# -- the server -------------------------------------------------------------------------------------
+
+_embedded: list[Any] = []
+
+
+def resolve_server(url: str | None) -> str:
+    """The admin URL of the target server: the one given, the local PostgreSQL, or an embedded one."""
+    candidate = url or os.environ.get("TICKLER_BENCH_DATABASE_URL") or DEFAULT_URL
+    try:
+        with psycopg.connect(libpq_url(candidate), connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return libpq_url(candidate)
+    except psycopg.OperationalError:
+        if url:
+            raise
+    say(f"{candidate} is not reachable: starting an embedded PostgreSQL (pgserver)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        server = pgserver.get_server(ROOT / ".tickler-bench" / "pgdata", cleanup_mode="stop")
+    _embedded.append(server)
+    with psycopg.connect(str(server.get_uri()), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET max_connections = 200")
+    return str(server.get_uri())
+
+
+def create_database(admin_url: str) -> str:
+    name = f"tickler_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_database(admin_url, name)
+
+
+def with_database(url: str, name: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(libpq_url(url)).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(admin_url: str, url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    name = make_url(url).database
+    assert name is not None
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+# -- tickler state ----------------------------------------------------------------------------------
+
+
+def store_for(url: str, pool_size: int = 4) -> Store:
+    from scheduler.db import create_engine
+
+    return Store(create_engine(url, pool_size=pool_size))
+
+
+def make_queue(url: str, name: str = QUEUE, **settings: Any) -> None:
+    """Create a queue through the store (the same path as PUT /v1/queues/{q})."""
+    from config import Settings
+    from scheduler.store import QueueSettings
+
+    store = store_for(url, pool_size=1)
+    try:
+        store.queues.put(name, QueueSettings(**settings), Settings())
+    finally:
+        store.engine.dispose()
+
+
+def admin_token(url: str) -> str:
+    store = store_for(url, pool_size=1)
+    try:
+        return store.tokens.create("bench", is_admin=True)
+    finally:
+        store.engine.dispose()
+
+
+def open_count(url: str, table: str = "tickler_event") -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT count(*) FROM {} WHERE dequeued_on IS NULL").format(sql.Identifier(table))
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def wait_until_drained(url: str, *, table: str = "tickler_event", timeout: float = 600.0) -> None:
+    """Poll (slowly: the end time is read from dequeued_on, not from this loop) until nothing is open."""
+    deadline = time.monotonic() + timeout
+    while open_count(url, table) > 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{table}: events still open after {timeout} s")
+        time.sleep(0.1)
+
+
+def finish_time(url: str, table: str = "tickler_event") -> float:
+    """Epoch seconds of the last finish (database clock)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT extract(epoch FROM max(dequeued_on))::float8 FROM {}").format(sql.Identifier(table))
+        ).fetchone()
+    assert row is not None and row[0] is not None
+    return float(row[0])
+
+
+def db_epoch(url: str) -> float:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def clock_offset(url: str) -> float:
+    """database clock minus this process's time.time(), from the round trip's midpoint."""
+    with psycopg.connect(url) as conn:
+        best: tuple[float, float] | None = None
+        for _ in range(5):
+            before = time.time()
+            row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+            after = time.time()
+            assert row is not None
+            sample = (after - before, float(row[0]) - (before + after) / 2)
+            if best is None or sample[0] < best[0]:
+                best = sample
+    assert best is not None
+    return best[1]

@@ -1,0 +1,90 @@
+"""gunicorn running tickler's API (2 workers) for the HTTP scenarios, and a small keep-alive client.
+
+The client is http.client: it keeps the connection open when the server does (gunicorn's default
+sync workers answer `Connection: close`, so it reconnects then; the gthread worker keeps it alive).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from bench.harness import ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def gunicorn(url: str, *, workers: int = 2, threads: int = 0) -> Iterator[int]:
+    """`gunicorn -w 2 -b 127.0.0.1:PORT wsgi:app` on a migrated database; yields the port."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "TICKLER_DATABASE_URL": url,
+        "TICKLER_MIGRATE_ON_START": "false",
+        "TICKLER_LOG_LEVEL": "WARNING",
+    }
+    command = [str(ROOT / ".venv" / "bin" / "gunicorn"), "-w", str(workers), "-b", f"127.0.0.1:{port}"]
+    if threads:
+        command += ["-k", "gthread", "--threads", str(threads)]
+    proc = subprocess.Popen(
+        [*command, "wsgi:app"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=sys.stderr if os.environ.get("BENCH_VERBOSE") else subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if Client(port, "").get("/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("gunicorn did not start")
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+class Client:
+    def __init__(self, port: int, token: str) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        for attempt in range(2):
+            try:
+                self.conn.request(method, path, body=payload, headers=self.headers)
+                response = self.conn.getresponse()
+                data = response.read()
+                break
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                # the server closed an idle keep-alive connection: reconnect once
+                self.conn.close()
+                if attempt:
+                    raise
+        return response.status, (json.loads(data) if data else None)
+
+    def get(self, path: str) -> tuple[int, Any]:
+        return self.request("GET", path)
+
+    def post(self, path: str, body: Any) -> tuple[int, Any]:
+        return self.request("POST", path, body)

@@ -1,0 +1,86 @@
+"""Schedule via HTTP, one event per request (gunicorn, 2 workers, keep-alive client processes),
+beside single-row INSERTs on one connection."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench import baseline
+from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median, say
+from bench.http import Client, gunicorn
+from bench.procs import SPAWN
+
+TARGET = 0.4
+CLIENTS = 4
+
+
+def _client(port: int, token: str, prefix: str, count: int, go: Any, out: Any) -> None:
+    client = Client(port, token)
+    go.wait()
+    failures = 0
+    for i in range(count):
+        status, _ = client.post(
+            f"/v1/queues/{QUEUE}/events", {"item_key": f"{prefix}-{i}", "delay_seconds": 3600, "data": {"n": i}}
+        )
+        failures += status != 202
+    out.put((time.time(), failures))
+
+
+def http_rate(port: int, token: str, total: int, round_: int, clients: int = CLIENTS) -> float:
+    go = SPAWN.Event()
+    out = SPAWN.Queue()
+    per = total // clients
+    procs = [SPAWN.Process(target=_client, args=(port, token, f"r{round_}c{c}", per, go, out)) for c in range(clients)]
+    for proc in procs:
+        proc.start()
+    time.sleep(1.0)
+    started = time.time()
+    go.set()
+    results = [out.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(10)
+    failures = sum(f for _, f in results)
+    if failures:
+        raise RuntimeError(f"{failures} requests failed")
+    return float(per * clients / (max(t for t, _ in results) - started))
+
+
+def baseline_rate(url: str, total: int, round_: int) -> float:
+    with baseline.connect(url) as conn:
+        started = time.perf_counter()
+        for i in range(total):
+            baseline.insert_one(conn, QUEUE, f"b{round_}-{i}", delay=3600)
+        return total / (time.perf_counter() - started)
+
+
+def run(ctx: Context) -> list[Row]:
+    total = ctx.size(200, 3_000)
+    rows = []
+    with ctx.database() as url:
+        make_queue(url)
+        baseline.install(url)
+        token = admin_token(url)
+        base_runs = [baseline_rate(url, total, r) for r in range(ctx.repeats)]
+        b = median(base_runs)
+        configs = (("sync workers, as deployed", 0), ("gthread, 4 threads each: real keep-alive", 4))
+        for label, threads in configs[: 1 if ctx.quick else 2]:
+            with gunicorn(url, threads=threads) as port:
+                http_rate(port, token, min(total, 400), -1 - threads)  # warm-up: pools, caches
+                runs = [http_rate(port, token, total, r + 10 * threads) for r in range(ctx.repeats)]
+            t = median(runs)
+            name = f"schedule via HTTP, 1 event/request, gunicorn -w 2 ({label}), {CLIENTS} clients"
+            say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({runs} / {base_runs})")
+            rows.append(
+                Row(
+                    name,
+                    t,
+                    b,
+                    "events/s",
+                    "≥ 40% of single-row INSERT",
+                    t >= TARGET * b,
+                    runs=runs,
+                    baseline_runs=base_runs,
+                )
+            )
+    return rows
