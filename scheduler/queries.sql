@@ -416,6 +416,14 @@ logged AS (
 )
 SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.schedule_on, c.id;
 
+-- name: has_due_groups
+-- Whether a queue has due, unleased grouped events: a group claim opens its transaction only then.
+SELECT EXISTS (
+    SELECT 1 FROM tickler_event
+    WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NOT NULL
+      AND schedule_on <= coalesce(CAST(:now AS timestamptz), now())
+) AS found;
+
 -- name: lock_due_groups
 -- Choose up to :limit groups of a queue that have due events and no lease, and take a
 -- transaction-level advisory lock on each (skipping groups another claimer is locking now).

@@ -99,6 +99,9 @@ class LeaseStore:
                     rows = conn.execute(q("claim_events"), params).mappings().all()
                 leases.extend(_leases(rows))
             else:
+                with self.autocommit.connect() as conn:
+                    if not conn.execute(q("has_due_groups"), {"queue": queue.name, "now": now}).scalar():
+                        continue  # most queues have no groups: spare them the transaction
                 with self.engine.begin() as conn:
                     leases.extend(self._claim_groups(conn, queue.name, worker, remaining, seconds, now))
         return leases
