@@ -51,6 +51,10 @@ class DispatcherConfig:
     refresh_interval: float = 5.0
     # On stop: how long deliveries in progress may take to finish.
     shutdown_grace: float = 10.0
+    # After a claim that came back small, wait at least this long before the next one, so that
+    # events falling due a fraction of a millisecond apart are claimed (and acked) together
+    # instead of each costing its own commits: at most this much lateness, for throughput.
+    coalesce_seconds: float = 0.005
 
 
 @dataclass
@@ -248,6 +252,7 @@ class Dispatcher:
     def _claim_loop(self) -> None:
         groups_first = False
         failures = 0
+        last_small_claim = float("-inf")
         while not self._stopping.is_set():
             try:
                 # The mark comes first: whatever is notified from here on wakes the wait below.
@@ -279,12 +284,17 @@ class Dispatcher:
                         metrics.CLAIM_BATCH.labels(queue.name).observe(len(leases))
                         self._submit(queue, leases)
                 failures = 0
+                if claimed >= self.config.batch_size // 4:
+                    continue  # a good batch: there may be more due right away
                 if claimed:
+                    last_small_claim = time.monotonic()
+                    if self._stopping.wait(self.config.coalesce_seconds):
+                        break
                     continue
                 timeout = self.config.refresh_interval
                 if open_names:
                     plan = self.store.leases.plan_sleep(open_names, max_seconds=self.config.poll_interval)
-                    timeout = plan.seconds
+                    timeout = max(plan.seconds, self.config.coalesce_seconds - (time.monotonic() - last_small_claim))
                 if not self.listener.connected.is_set():
                     timeout = min(timeout, 0.5)
                 self.listener.wait(wait_on, mark, timeout)
