@@ -97,7 +97,7 @@ def versions() -> str:
             parts.append(f"{package} {version(package)}")
         except PackageNotFoundError:
             parts.append(f"{package} ?")
-    note = f" (git HEAD {commit} when this file was written; other engineers committed during the run)"
+    note = f" (git HEAD {commit} when this file was written; later commits may have landed during the run)"
     return ", ".join(parts) + (note if commit else "")
 
 
