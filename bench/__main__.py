@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import report
 from bench.harness import ROOT, Context, Row, resolve_server, say
 from scheduler.logs import configure_logging
 
@@ -74,12 +75,13 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": round(time.monotonic() - began, 1),
             "at": time.strftime("%Y-%m-%d %H:%M"),
             "soak_minutes": ctx.soak_minutes if name == "soak" else None,
+            # runs of one report may be days and commits apart: say what each ran on
+            "server": report.run_settings(ctx.admin_url),
+            "commit": report.git_head(),
         }
         if not args.quick:
             RESULTS.write_text(json.dumps(results, indent=1, default=str))  # an interrupted run keeps these
     say(f"done in {time.monotonic() - started:.0f} s")
-
-    from bench import report
 
     print(report.table([Row(**r) for name in SCENARIOS if name in results for r in results[name]["rows"]]))
     if args.quick and args.output is None:

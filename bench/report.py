@@ -45,6 +45,43 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+SETTINGS = [
+    "shared_buffers",
+    "synchronous_commit",
+    "fsync",
+    "wal_level",
+    "max_connections",
+    "work_mem",
+    "full_page_writes",
+    "commit_delay",
+    "autovacuum",
+]
+# The settings that move results and that a run may have had differently from the report's time.
+RUN_SETTINGS = ["autovacuum", "synchronous_commit", "fsync"]
+
+
+def server_settings(admin_url: str, names: list[str]) -> dict[str, str]:
+    with psycopg.connect(admin_url) as conn:
+        return dict(
+            conn.execute(
+                "SELECT name, setting || coalesce(' ' || unit, '') FROM pg_settings WHERE name = ANY(%s)", (names,)
+            ).fetchall()
+        )
+
+
+def run_settings(admin_url: str) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in sorted(server_settings(admin_url, RUN_SETTINGS).items()))
+
+
+def git_head() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
+        ).stdout.strip()
+    except OSError:
+        return ""
+
+
 def machine(admin_url: str) -> list[str]:
     mem_kib = 0
     with open("/proc/meminfo") as meminfo:
@@ -59,24 +96,7 @@ def machine(admin_url: str) -> list[str]:
                 break
     with psycopg.connect(admin_url) as conn:
         pg = conn.execute("SELECT version()").fetchone()
-        settings: dict[str, str] = dict(
-            conn.execute(
-                "SELECT name, setting || coalesce(' ' || unit, '') FROM pg_settings WHERE name = ANY(%s)",
-                (
-                    [
-                        "shared_buffers",
-                        "synchronous_commit",
-                        "fsync",
-                        "wal_level",
-                        "max_connections",
-                        "work_mem",
-                        "full_page_writes",
-                        "commit_delay",
-                        "autovacuum",
-                    ],
-                ),
-            ).fetchall()
-        )
+    settings = server_settings(admin_url, SETTINGS)
     return [
         f"- CPU: {os.cpu_count()} cores ({cpu}); memory {mem_kib / 1024 / 1024:.1f} GiB; {platform.platform()}",
         f"- PostgreSQL: {pg[0] if pg else '?'} — on the same machine, over TCP 127.0.0.1",
@@ -86,12 +106,7 @@ def machine(admin_url: str) -> list[str]:
 
 def versions() -> str:
     parts = [f"Python {platform.python_version()}"]
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
-        ).stdout.strip()
-    except OSError:
-        commit = ""
+    commit = git_head()
     for package in ("tickler", "psycopg", "SQLAlchemy", "Flask", "gunicorn"):
         try:
             parts.append(f"{package} {version(package)}")
@@ -116,6 +131,8 @@ def write(path: Path, results: dict[str, Any], ctx: Context) -> None:
     runs = [
         f"- `{name}`: {results[name]['at']}, {results[name]['seconds']:.0f} s"
         + (f", soak of {results[name]['soak_minutes']:g} min" if results[name].get("soak_minutes") else "")
+        + (f", at {results[name]['commit']}" if results[name].get("commit") else "")
+        + (f" ({results[name]['server']})" if results[name].get("server") else "")
         for name in SCENARIOS
         if name in results
     ]

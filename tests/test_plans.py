@@ -62,3 +62,6 @@ def test_claims_and_acks_use_their_indexes(
         {"queue": "emails", "groups": ["g1", "g2"], "worker": "w", "lease_seconds": 30, "now": None},
     )
     assert '"Seq Scan"' not in grouped
+    # A key's history is read through the timeline's one B-tree (its primary key), never by scan.
+    timeline = plan(raw, "timeline", {"queue": "emails", "item_key": "k7"})
+    assert "tickler_timeline_pkey" in timeline and '"Seq Scan"' not in timeline
