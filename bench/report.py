@@ -157,7 +157,9 @@ def write(path: Path, results: dict[str, Any], ctx: Context) -> None:
         "are kept from bench/results.json), `.venv/bin/python -m bench --quick` (tiny sizes, proves the "
         "harness works, writes nothing; CI), `.venv/bin/python -m bench --report-only` (rewrite this file "
         "from bench/results.json). Options: `--database-url URL` (default: the local PostgreSQL at "
-        "127.0.0.1:5432, else an embedded one), `--repeats N`, `--soak-minutes M`.",
+        "127.0.0.1:5432, else an embedded one), `--repeats N`, `--soak-minutes M`. "
+        "`.venv/bin/python -m bench.walprofile` breaks the WAL of a delivered event down by record type, "
+        "beside the baseline's (pg_waldump; needs a PostgreSQL on this machine).",
         "",
         "## Results",
         "",

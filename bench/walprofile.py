@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import re
 import subprocess
 import sys
+from typing import Any
 
 import psycopg
 
@@ -23,16 +25,30 @@ from bench.harness import QUEUE, Context, make_queue, resolve_server, say, wait_
 from bench.procs import WorkerSpec, run_baseline_workers, tickler_workers
 
 
-def _lsn(url: str) -> str:
+def _value(url: str, query: str, params: tuple[Any, ...] = ()) -> Any:
+    """The one value a query returns (on a fresh connection: no stale statistics snapshot)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        row = conn.execute(query, params).fetchone()
     assert row is not None
-    return str(row[0])
+    return row[0]
+
+
+def _lsn(url: str) -> str:
+    return str(_value(url, "SELECT pg_current_wal_insert_lsn()::text"))
+
+
+def _commits(url: str) -> int:
+    """Transactions committed in this database so far (every session's, read-only ones too)."""
+    return int(_value(url, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
 
 
 def _checkpoint(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CHECKPOINT")
+
+
+def _total_bytes(url: str, start: str, end: str) -> int:
+    return int(_value(url, "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint", (end, start)))
 
 
 def _waldump(url: str, start: str, end: str) -> str:
@@ -50,17 +66,42 @@ def _waldump(url: str, start: str, end: str) -> str:
     return result.stdout or result.stderr
 
 
-def _total_bytes(url: str, start: str, end: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint", (end, start)).fetchone()
-    assert row is not None
-    return int(row[0])
+_STATS_LINE = re.compile(r"^(\S+/\S+)\s+(\d+)\s+\(.*?\)\s+\d+\s+\(.*?\)\s+\d+\s+\(.*?\)\s+(\d+)\s+\(")
+
+
+def _per_type(dump: str) -> dict[str, tuple[int, int]]:
+    """{record type: (records, bytes including full-page images)} from pg_waldump --stats=record."""
+    found = {}
+    for line in dump.splitlines():
+        match = _STATS_LINE.match(line.strip())
+        if match:
+            found[match.group(1)] = (int(match.group(2)), int(match.group(3)))
+    return found
+
+
+def per_event_table(tickler_dump: str, baseline_dump: str, n: int) -> str:
+    """Markdown: records and bytes per delivered event by record type, tickler beside the baseline."""
+    ours, theirs = _per_type(tickler_dump), _per_type(baseline_dump)
+    kinds = sorted(set(ours) | set(theirs), key=lambda k: -(ours.get(k, (0, 0))[1]))
+    lines = [
+        "| record type | tickler records/event | tickler bytes/event | baseline records/event | baseline bytes/event |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for kind in kinds:
+        (a, b), (c, d) = ours.get(kind, (0, 0)), theirs.get(kind, (0, 0))
+        if b / n < 5 and d / n < 5:
+            continue  # rounding noise: fewer than 5 bytes an event on both sides
+        lines.append(f"| {kind} | {a / n:.2f} | {b / n:,.0f} | {c / n:.2f} | {d / n:,.0f} |")
+    total_a, total_b = sum(v[1] for v in ours.values()), sum(v[1] for v in theirs.values())
+    lines.append(f"| **all** | | **{total_a / n:,.0f}** | | **{total_b / n:,.0f}** |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.walprofile", description=__doc__)
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--database-url")
     args = parser.parse_args(argv)
     ctx = Context(admin_url=resolve_server(args.database_url), quick=False, repeats=1, soak_minutes=0)
@@ -68,30 +109,38 @@ def main(argv: list[str] | None = None) -> int:
     with ctx.database() as url:
         make_queue(url)
         baseline.install(url)
+        # What a delivered event writes, not what a vacuum that happens to run meanwhile writes.
+        with psycopg.connect(url, autocommit=True) as conn:
+            for table in ("tickler_event", "tickler_timeline", "tickler_queue", "tickler_queue_count", "bench_job"):
+                conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
         room = {"concurrency": max(96, args.batch), "queue_concurrency": max(64, args.batch)}
-        with tickler_workers([WorkerSpec(url, QUEUE, args.batch, **room)]):  # type: ignore[arg-type]
+        specs = [WorkerSpec(url, QUEUE, args.batch, name=f"w{i}", **room) for i in range(args.workers)]  # type: ignore[arg-type]
+        with tickler_workers(specs):
             fill_tickler(url, n)
             make_due_soon(url, lead=3.0)  # the drain starts after the checkpoint below
             _checkpoint(url)
-            start = _lsn(url)
+            start, commits = _lsn(url), _commits(url)
             wait_until_drained(url)
             end = _lsn(url)
+        # read once the workers have exited: a backend reports its counters on exit (idle ones later)
+        tickler_commits = _commits(url) - commits
         tickler = (start, end, _total_bytes(url, start, end))
         tickler_dump = _waldump(url, start, end)
 
         baseline_fill(url, n)
         make_due_soon(url, lead=0.0, table="bench_job")
         _checkpoint(url)
-        start = _lsn(url)
-        run_baseline_workers(url, QUEUE, workers=1, batch=args.batch)
-        end = _lsn(url)
+        start, commits = _lsn(url), _commits(url)
+        run_baseline_workers(url, QUEUE, workers=args.workers, batch=args.batch)
+        end, base_commits = _lsn(url), _commits(url) - commits
         base = (start, end, _total_bytes(url, start, end))
         base_dump = _waldump(url, start, end)
 
-    print(f"# WAL per delivered event, {n:,} events due at once, batch {args.batch}, one worker\n")
-    print(f"tickler:  {tickler[2] / n:,.0f} bytes/event")
-    print(f"baseline: {base[2] / n:,.0f} bytes/event")
+    print(f"# WAL per delivered event, {n:,} events due at once, batch {args.batch}, {args.workers} worker(s)\n")
+    print(f"tickler:  {tickler[2] / n:,.0f} bytes/event, {tickler_commits / n:.3f} commits/event")
+    print(f"baseline: {base[2] / n:,.0f} bytes/event, {base_commits / n:.3f} commits/event")
     print(f"ratio:    {tickler[2] / base[2]:.2f}\n")
+    print(per_event_table(tickler_dump, base_dump, n), "\n")
     print("## tickler, pg_waldump --stats=record\n")
     print(tickler_dump)
     print("## baseline, pg_waldump --stats=record\n")
