@@ -57,7 +57,7 @@ SETTINGS = [
     "autovacuum",
 ]
 # The settings that move results and that a run may have had differently from the report's time.
-RUN_SETTINGS = ["autovacuum", "synchronous_commit", "fsync"]
+RUN_SETTINGS = ["autovacuum", "synchronous_commit", "fsync", "max_wal_size", "checkpoint_timeout"]
 
 
 def server_settings(admin_url: str, names: list[str]) -> dict[str, str]:
