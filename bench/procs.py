@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
@@ -124,15 +124,23 @@ def _baseline_worker(url: str, queue: str, batch: int, group: bool, go: Any, don
 
 def run_baseline_workers(url: str, queue: str, *, workers: int, batch: int, group: bool = False) -> float:
     """Drain the baseline table with `workers` processes; return the seconds it took (go to last finish)."""
+    started, finished = race(_baseline_worker, [(url, queue, batch, group) for _ in range(workers)])
+    return float(max(finished)) - started
+
+
+def race(target: Callable[..., None], args: Sequence[tuple[Any, ...]]) -> tuple[float, list[Any]]:
+    """Start one spawned process per args tuple, release them all at once, and return the release
+    time and what each put on its queue. `target` takes (*args, go, out): it waits for `go`, does
+    its work, then puts one result on `out` (by convention starting with its finish time)."""
     go = SPAWN.Event()
-    done: multiprocessing.Queue[float] = SPAWN.Queue()
-    procs = [SPAWN.Process(target=_baseline_worker, args=(url, queue, batch, group, go, done)) for _ in range(workers)]
+    out: multiprocessing.Queue[Any] = SPAWN.Queue()
+    procs = [SPAWN.Process(target=target, args=(*a, go, out)) for a in args]
     for proc in procs:
         proc.start()
-    time.sleep(1.0)  # connected and waiting
+    time.sleep(1.0)  # started, connected and waiting on `go`
     started = time.time()
     go.set()
-    finished = [done.get(timeout=600) for _ in procs]
+    results = [out.get(timeout=600) for _ in procs]
     for proc in procs:
         proc.join(10)
-    return max(finished) - started
+    return started, results

@@ -10,7 +10,7 @@ from bench import baseline
 from bench.drain import baseline_fill, fill_tickler
 from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median, say, with_database
 from bench.http import Client, gunicorn
-from bench.procs import SPAWN
+from bench.procs import race
 
 CONSUMERS = 4
 LIMIT = 100
@@ -44,17 +44,7 @@ def _baseline_consumer(url: str, go: Any, out: Any) -> None:
 
 
 def _race(target: Any, args_of: Any, n: int) -> float:
-    go = SPAWN.Event()
-    out = SPAWN.Queue()
-    procs = [SPAWN.Process(target=target, args=(*args_of(c), go, out)) for c in range(CONSUMERS)]
-    for proc in procs:
-        proc.start()
-    time.sleep(1.0)
-    started = time.time()
-    go.set()
-    results = [out.get(timeout=600) for _ in procs]
-    for proc in procs:
-        proc.join(10)
+    started, results = race(target, [args_of(c) for c in range(CONSUMERS)])
     done = sum(d for _, d in results)
     if done != n:
         raise RuntimeError(f"consumers finished {done} events of {n}")

@@ -9,7 +9,7 @@ from typing import Any
 from bench import baseline
 from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median, say
 from bench.http import Client, gunicorn
-from bench.procs import SPAWN
+from bench.procs import race
 
 TARGET = 0.4
 CLIENTS = 4
@@ -28,18 +28,8 @@ def _client(port: int, token: str, prefix: str, count: int, go: Any, out: Any) -
 
 
 def http_rate(port: int, token: str, total: int, round_: int, clients: int = CLIENTS) -> float:
-    go = SPAWN.Event()
-    out = SPAWN.Queue()
     per = total // clients
-    procs = [SPAWN.Process(target=_client, args=(port, token, f"r{round_}c{c}", per, go, out)) for c in range(clients)]
-    for proc in procs:
-        proc.start()
-    time.sleep(1.0)
-    started = time.time()
-    go.set()
-    results = [out.get(timeout=600) for _ in procs]
-    for proc in procs:
-        proc.join(10)
+    started, results = race(_client, [(port, token, f"r{round_}c{c}", per) for c in range(clients)])
     failures = sum(f for _, f in results)
     if failures:
         raise RuntimeError(f"{failures} requests failed")
