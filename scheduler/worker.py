@@ -119,15 +119,20 @@ class Worker:
 
     def run(self) -> None:
         """Deliver until SIGTERM or SIGINT, then stop gracefully (see Dispatcher.stop)."""
-        self.start()
+        requested = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
-            threading.Thread(target=self.stop, name="tickler-stop").start()
+            requested.set()  # the main thread stops the worker; a handler must not block
 
+        # The handlers go in before start(): deliveries begin while start() is still running, and
+        # a SIGTERM then must still give their leases back, not kill the process.
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            while not self._done.wait(1.0):
+            self.start()
+            while not requested.wait(1.0) and not self._done.is_set():
                 pass
+            if not self._done.is_set():
+                self.stop()
             if self._dispatcher is not None:
                 self._dispatcher.wait_stopped(timeout=self._dispatcher.config.shutdown_grace + 10)
         finally:
