@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PG15   ?= postgresql://postgres@127.0.0.1:5432/postgres
+HOST   ?= 127.0.0.1
+PORT   ?= 8080
 
 .DEFAULT_GOAL := help
 
@@ -16,14 +18,18 @@ $(VENV)/.installed-base: pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	@touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed-base
-	$(BIN)/pip install --quiet -e '.[dev,pipeline]'
+$(VENV)/.installed-dev: $(VENV)/.installed-base clients/python/pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,pipeline]' -e ./clients/python
 	@touch $@
 
-install: $(VENV)/.installed-dev ## create .venv and install tickler with its test and pipeline extras
+$(VENV)/.installed-bench: $(VENV)/.installed-dev
+	$(BIN)/pip install --quiet -e '.[bench]'
+	@touch $@
 
-serve: $(VENV)/.installed-base ## install, then run the API and a dispatcher on 127.0.0.1:8080 (embedded PostgreSQL in ./.tickler)
-	$(BIN)/tickler serve
+install: $(VENV)/.installed-dev ## create .venv and install tickler with its test and pipeline extras, and the Python client (editable)
+
+serve: $(VENV)/.installed-base ## install, then run the API and a dispatcher on 127.0.0.1:8080 (PORT=9090, HOST=0.0.0.0 to change; embedded PostgreSQL in ./.tickler)
+	$(BIN)/tickler serve --host $(HOST) --port $(PORT)
 
 test: install lint typecheck ## install, then lint, type-check and run the whole test suite
 	$(BIN)/pytest
@@ -31,20 +37,24 @@ test: install lint typecheck ## install, then lint, type-check and run the whole
 test-only: install ## run the test suite only
 	$(BIN)/pytest
 
-lint: install ## ruff: lint and formatting
+lint: install ## ruff (lint and formatting) and the layer contracts (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
-typecheck: install ## mypy --strict over the service code
+typecheck: install ## mypy --strict over the service code and the Python client
 	$(BIN)/mypy
 
-bench: install ## run every benchmark scenario and rewrite docs/benchmarks.md (long)
+bench: $(VENV)/.installed-bench ## install the peer (pgqueuer) and servers, run every benchmark scenario on a private PostgreSQL cluster and rewrite docs/benchmarks.md (long)
 	$(BIN)/python -m bench
 
 bench-quick: install ## prove the benchmark harness works on tiny sizes (no timing claims)
 	$(BIN)/python -m bench --quick
 
+screenshots: install ## retake the dashboard's screenshots in docs/images/ (runs the browser tests)
+	TICKLER_UI_SCREENSHOTS=docs/images $(BIN)/pytest tests/test_ui_browser.py -q
+
 clean: ## remove the virtualenv and caches (keeps ./.tickler data)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help install serve test test-only lint typecheck bench bench-quick clean
+.PHONY: help install serve test test-only lint typecheck bench bench-quick screenshots clean

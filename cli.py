@@ -1,33 +1,46 @@
-"""The `tickler` command: serve, worker, migrate, token create."""
+"""The `tickler` command: serve, worker, migrate, token; queues, events and schedules (commands/)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
+from importlib.metadata import PackageNotFoundError, version
 
 import prometheus_client
+import structlog
 
-from config import Settings
-from scheduler.db import create_engine, resolve_database_url
-from scheduler.delivery.handlers import Handlers
-from scheduler.logs import configure_logging
-from scheduler.migrate import MigrationError, migrate
-from scheduler.rules import check_queue_name
-from scheduler.store import Store
-from scheduler.worker import Worker
+from tickler import commands as ops_commands
+from tickler.commands.database import NoDatabase, existing_database_url
+from tickler.config import Settings, WorkerSettings
+from tickler.scheduler.db import create_engine, resolve_database_url
+from tickler.scheduler.delivery.handlers import Handlers
+from tickler.scheduler.logs import configure_logging
+from tickler.scheduler.migrate import MigrationError, migrate
+from tickler.scheduler.queue_metrics import QueueGaugeCollector
+from tickler.scheduler.rules import check_queue_name
+from tickler.scheduler.store import Store
+from tickler.scheduler.worker import Worker
+
+# The tuning knobs (config.WorkerSettings) `tickler worker` takes as options.
+WORKER_OPTIONS = ("concurrency", "queue_concurrency", "batch_size", "shutdown_grace", "poll_interval")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tickler", description="Delayed events with natural keys, on PostgreSQL.")
+    parser.add_argument("--version", action="version", version=f"tickler {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the HTTP API and a dispatcher in one process")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)"
+    )
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
     serve.add_argument("--threads", type=int, default=8, help="HTTP worker threads (default 8)")
 
     worker = commands.add_parser("worker", help="run a dispatcher only (webhooks, and Python handlers if given)")
@@ -38,28 +51,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--no-webhooks", action="store_true", help="do not deliver webhook queues")
     worker.add_argument("--name", help="worker name recorded as claimed_by (default host:pid)")
-    worker.add_argument("--concurrency", type=int, default=96, help="delivery threads (default 96)")
-    worker.add_argument(
-        "--queue-concurrency",
-        type=int,
-        default=64,
-        help="leases of one queue claimed and not yet delivered (default 64; keep it below --concurrency "
-        "so that one slow receiver cannot take every thread)",
-    )
-    worker.add_argument("--batch-size", type=int, default=100, help="leases per claim (default 100)")
     worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    worker.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=10.0,
-        help="seconds deliveries in progress may take to finish on SIGTERM (default 10)",
-    )
-    worker.add_argument(
-        "--poll-interval",
-        type=float,
-        default=5.0,
-        help="safety poll: look for due events at least this often (default 5 s)",
-    )
+    knobs = {knob.name: knob for knob in fields(WorkerSettings)}
+    for name in WORKER_OPTIONS:
+        knob = knobs[name]
+        worker.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=type(knob.default),
+            help=f"{knob.metadata['meaning']}; default {knob.default:g}, or TICKLER_WORKER_{name.upper()}",
+        )
 
     commands.add_parser("migrate", help="apply pending database migrations (safe to run concurrently)")
 
@@ -74,7 +74,15 @@ def _parser() -> argparse.ArgumentParser:
     revoke.add_argument("id", type=int)
     pipeline = commands.add_parser("pipeline", help="Spark jobs: report, archive, import (see `tickler pipeline -h`)")
     pipeline.add_argument("args", nargs=argparse.REMAINDER)
+    ops_commands.add_parsers(commands)
     return parser
+
+
+def _version() -> str:
+    try:
+        return version("tickler")
+    except PackageNotFoundError:
+        return "0.0.0"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -95,17 +103,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _token_create(settings, args.name, args.queue, args.admin)
         if args.command == "token":
             return _token_manage(settings, args.token_command, getattr(args, "id", None))
-    except MigrationError as error:
+        if args.command in ops_commands.NAMES:
+            return ops_commands.run(settings, args)
+    except (MigrationError, NoDatabase) as error:
         print(f"tickler: {error}", file=sys.stderr)
         return 2
     return 2
 
 
+PIPELINE_NEEDS = (
+    "tickler pipeline: PySpark is not installed; run `make install` in the clone "
+    "(or `pip install 'tickler[pipeline]'`), and have Java 17 or later"
+)
+
+
 def _pipeline(argv: list[str]) -> int:
+    # The jobs import PySpark only once they run: look for it first, so that a newcomer who
+    # installed the service alone (`make serve`) gets one line, not a chained traceback.
+    if importlib.util.find_spec("pyspark") is None and not {"-h", "--help"} & set(argv):
+        print(PIPELINE_NEEDS, file=sys.stderr)
+        return 2
     try:
-        from pipeline.cli import main as pipeline_main
+        from tickler.pipeline.cli import main as pipeline_main
     except ImportError as error:
-        print(f"tickler: the pipeline needs PySpark: pip install 'tickler[pipeline]' ({error})", file=sys.stderr)
+        print(f"{PIPELINE_NEEDS} ({error})", file=sys.stderr)
         return 2
     return pipeline_main(argv)
 
@@ -125,7 +146,7 @@ def _token_create(settings: Settings, name: str, queues: list[str], admin: bool)
     if not 1 <= len(name) <= 200:
         print("tickler: the name must be 1-200 characters", file=sys.stderr)
         return 2
-    url = resolve_database_url(settings.database_url, settings.data_dir)
+    url = existing_database_url(settings)  # never creates an empty database by mistake
     migrate(url)
     engine = create_engine(url, pool_size=1)
     try:
@@ -150,25 +171,28 @@ def _load_handlers(spec: str) -> Handlers:
 
 def _worker(settings: Settings, args: argparse.Namespace) -> int:
     handlers = _load_handlers(args.handlers) if args.handlers else Handlers()
+    database_url = existing_database_url(settings)  # a worker never creates an empty database
     if args.metrics_port:
+        # The per-queue gauges too, read from the database at scrape time (SPEC §7: the same
+        # values from every process), on a one-connection engine of their own.
+        gauge_store = Store(create_engine(database_url, pool_size=1))
+        prometheus_client.REGISTRY.register(QueueGaugeCollector(gauge_store.queues))
         prometheus_client.start_http_server(args.metrics_port)
     worker = Worker(
         handlers,
         settings=settings,
+        database_url=database_url,
         name=args.name,
         deliver_webhooks=not args.no_webhooks,
-        concurrency=args.concurrency,
-        queue_concurrency=args.queue_concurrency,
-        batch_size=args.batch_size,
-        shutdown_grace=args.shutdown_grace,
-        poll_interval=args.poll_interval,
+        # the knobs given here; the others are the settings' (TICKLER_WORKER_* or the defaults)
+        **{knob: getattr(args, knob) for knob in WORKER_OPTIONS if getattr(args, knob) is not None},
     )
     worker.run()
     return 0
 
 
 def _token_manage(settings: Settings, command: str, token_id: int | None) -> int:
-    url = resolve_database_url(settings.database_url, settings.data_dir)
+    url = existing_database_url(settings)  # never creates an empty database by mistake
     migrate(url)
     engine = create_engine(url, pool_size=1)
     try:
@@ -194,7 +218,7 @@ def _serve(settings: Settings, host: str, port: int, threads: int) -> int:
     """The API and a webhook dispatcher in one process; SIGTERM stops both gracefully."""
     import waitress
 
-    from api import create_app
+    from tickler.api import create_app
 
     app = create_app(settings, configure_logs=False)
     ext = app.extensions["tickler"]
@@ -205,8 +229,13 @@ def _serve(settings: Settings, host: str, port: int, threads: int) -> int:
     def on_signal(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
+    # SIGINT too, explicitly: a shell starts a background job (`tickler serve &`) with SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler for it.
     signal.signal(signal.SIGTERM, on_signal)
-    print(f"tickler serving on http://{host}:{server.effective_port}", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, on_signal)
+    structlog.get_logger("tickler.serve").info(
+        "serving", url=f"http://{host}:{server.effective_port}", pid=os.getpid(), threads=threads
+    )
     try:
         server.run()
     except (SystemExit, KeyboardInterrupt):
@@ -214,6 +243,11 @@ def _serve(settings: Settings, host: str, port: int, threads: int) -> int:
     finally:
         server.close()
         worker.stop()
+        # The LISTEN connections stop before the embedded PostgreSQL, or they log a lost connection.
+        app.extensions["tickler.pull"].stop()
+        listener = app.extensions.get("tickler.listener")
+        if listener is not None:
+            listener.stop()
     return 0
 
 

@@ -1,5 +1,5 @@
-"""WSGI entry point: `gunicorn wsgi:app`. Settings come from TICKLER_* environment variables."""
+"""WSGI entry point: `gunicorn tickler.wsgi:app`. Settings come from TICKLER_* environment variables."""
 
-from api import create_app
+from tickler.api import create_app
 
 app = create_app()

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import io
 import re
 import time
 import uuid
 from importlib.metadata import PackageNotFoundError, version
 
 import structlog
-from flask import Blueprint, Flask, Response, g, request
+from flask import Blueprint, Flask, Response, current_app, g, request
+from prometheus_client import CollectorRegistry
+from werkzeug.exceptions import RequestEntityTooLarge
 
-from api import context, events, leases, ops, queues, tokens
-from api.jsonio import StrictJSONProvider
-from api.metrics import HTTP_DURATION, HTTP_REQUESTS
-from api.openapi import build_spec
-from api.problems import register_error_handlers
-from api.render import event_json
-from config import Settings
-from scheduler.db import create_engine, resolve_database_url
-from scheduler.logs import configure_logging
-from scheduler.migrate import migrate
-from scheduler.store import Store
+from tickler.api import auth, context, docs, events, leases, operations, ops, queues, schedules, tokens, ui
+from tickler.api.jsonio import StrictJSONProvider
+from tickler.api.metrics import HTTP_DURATION, HTTP_REQUESTS
+from tickler.api.openapi import build_spec
+from tickler.api.problems import Refusals, register_error_handlers
+from tickler.api.render import event_json
+from tickler.config import Settings
+from tickler.scheduler.db import create_engine, resolve_database_url
+from tickler.scheduler.logs import configure_logging
+from tickler.scheduler.migrate import migrate
+from tickler.scheduler.queue_metrics import QueueGaugeCollector
+from tickler.scheduler.store import Store
+from tickler.scheduler.waiting import PullClaims
+from tickler.scheduler.wakeup import WakeupListener
 
 log = structlog.get_logger("tickler.http")
 
@@ -46,24 +52,69 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
 
     app = Flask("tickler")
     app.json = StrictJSONProvider(app)
+    if settings.json == "stdlib":
+        app.json.orjson = None
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    app.extensions["tickler"] = context.Tickler(settings=settings, store=store, database_url=database_url)
-    app.extensions["tickler.openapi"] = build_spec(tickler_version())
+    ext = context.Tickler(settings=settings, store=store, database_url=database_url)
+    app.extensions["tickler"] = ext
+    if settings.cache_seconds > 0:
+        # Cached tokens and queues are dropped on NOTIFY from any process (a revoked token is
+        # refused everywhere at once); the same listener serves the claims' long polls.
+        listener = WakeupListener(database_url).start()
+        app.extensions["tickler.listener"] = listener
+        ext.follow(listener)
+    app.extensions["tickler.pull"] = PullClaims(store, database_url, listener=app.extensions.get("tickler.listener"))
+    app.extensions["tickler.openapi"] = build_spec(tickler_version(), settings)
+    # Per-queue gauges, read from the database at scrape time (its own registry: one per app).
+    gauges = CollectorRegistry()
+    gauges.register(QueueGaugeCollector(store.queues))
+    app.extensions["tickler.gauges"] = gauges
 
+    app.url_map.converters["item_key"] = events.ItemKeyConverter
     v1 = Blueprint("v1", __name__, url_prefix="/v1")
-    v1.before_request(context.require_token)
+    v1.before_request(auth.require_token)
     v1.register_blueprint(events.bp)
     v1.register_blueprint(queues.bp)
+    v1.register_blueprint(schedules.bp)
     v1.register_blueprint(leases.claims_bp)
     v1.register_blueprint(leases.leases_bp)
     v1.register_blueprint(tokens.bp)
+    v1.register_blueprint(operations.bp)
     app.register_blueprint(v1)
     app.register_blueprint(ops.bp)
+    app.register_blueprint(docs.bp)
+    ui.register(app)
 
+    app.extensions["tickler.refusals"] = Refusals()
     register_error_handlers(app, event_json)
     app.before_request(_start_request)
+    app.before_request(_bounded_body)
     app.after_request(_finish_request)
     return app
+
+
+def _bounded_body() -> None:
+    """Hold the body limit when no Content-Length announces the size (chunked transfer).
+
+    werkzeug refuses a Content-Length over MAX_CONTENT_LENGTH, but a chunked body it cuts at the
+    limit without a word, and the cut JSON then fails to parse (400 instead of 413). Read such a
+    body here, one byte past the limit, and hand the rest of the app the bytes read.
+    """
+    environ = request.environ
+    if request.content_length is not None or "wsgi.input_terminated" not in environ:
+        return
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    stream = environ["wsgi.input"]
+    body = bytearray()
+    while len(body) <= limit:
+        chunk = stream.read(min(65536, limit + 1 - len(body)))
+        if not chunk:
+            break
+        body.extend(chunk)
+    if len(body) > limit:
+        raise RequestEntityTooLarge(f"The request body is over the limit of {limit} bytes.")
+    # Still "terminated": werkzeug reads the bytes to their end, within its own limit.
+    environ["wsgi.input"] = io.BytesIO(bytes(body))
 
 
 def _start_request() -> None:

@@ -1,21 +1,20 @@
-"""What a view needs from the app: the store, the settings, the caller, and the caller's queues."""
+"""What a view needs from the app and the request: the store, the settings, the JSON body and the
+query string. Who the caller is and what it may see: api.auth."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from flask import current_app, g, request
-from werkzeug.exceptions import Forbidden, Unauthorized
+from flask import current_app, request
 
-from api.cache import TTLCache
-from api.jsonio import NotJSON, loads_strict
-from config import Settings
-from scheduler import rules
-from scheduler.errors import Invalid, NotFound
-from scheduler.models import Principal, Queue
-from scheduler.store import Store
+from tickler.api.cache import TTLCache
+from tickler.api.jsonio import NotJSON, loads_strict
+from tickler.config import Settings
+from tickler.scheduler.errors import Invalid
+from tickler.scheduler.models import Principal, Queue
+from tickler.scheduler.store import Store
+from tickler.scheduler.wakeup import SETTINGS_CHANGED, UNKNOWN, WakeupListener
 
 
 @dataclass
@@ -32,6 +31,24 @@ class Tickler:
         self.principals = TTLCache(self.settings.cache_seconds)
         self.queues = TTLCache(self.settings.cache_seconds)
 
+    def follow(self, listener: WakeupListener) -> None:
+        """Drop cache entries when any process revokes a token or changes a queue (NOTIFY), and
+        cache nothing while the LISTEN connection is down (a drop could be missed)."""
+        self.principals.trusted = self.queues.trusted = listener.connected.is_set
+        listener.subscribe(self._changed)
+
+    def _changed(self, payload: str) -> None:
+        if payload == UNKNOWN:
+            self.principals.clear()
+            self.queues.clear()
+        elif payload.startswith(SETTINGS_CHANGED):
+            self.queues.forget(payload.removeprefix(SETTINGS_CHANGED))
+        elif payload.startswith("token:"):
+            try:
+                self.principals.forget(bytes.fromhex(payload.removeprefix("token:")))
+            except ValueError:
+                self.principals.clear()
+
 
 def tickler() -> Tickler:
     ext: Tickler = current_app.extensions["tickler"]
@@ -40,57 +57,6 @@ def tickler() -> Tickler:
 
 def store() -> Store:
     return tickler().store
-
-
-def authenticate() -> Principal:
-    """The principal of the request's bearer token; 401 without a valid one."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        raise Unauthorized("Send 'Authorization: Bearer <token>'.")
-    ext = tickler()
-    key = hashlib.sha256(token.encode()).digest()
-    principal = ext.principals.get(key, lambda: ext.store.tokens.authenticate(token))
-    if principal is None:
-        raise Unauthorized("The token is not valid.")
-    g.principal = principal
-    return principal
-
-
-def require_token() -> None:
-    """before_request of /v1: every call needs a valid bearer token."""
-    authenticate()
-
-
-def principal() -> Principal:
-    found: Principal = g.principal
-    return found
-
-
-def require_admin() -> Principal:
-    caller = principal()
-    if not caller.is_admin:
-        raise Forbidden("This needs an admin token.")
-    return caller
-
-
-def visible_queue(name: str) -> Queue:
-    """The queue, if the caller may use it; otherwise 404, as if it did not exist."""
-    if rules.check_queue_name(name) is not None or not principal().can_use(name):
-        raise NotFound(f"No queue named {name!r}.")
-    ext = tickler()
-
-    def load() -> Queue | None:
-        try:
-            return ext.store.queues.get(name)
-        except NotFound:
-            return None
-
-    queue = ext.queues.get(name, load)
-    if queue is None:
-        raise NotFound(f"No queue named {name!r}.")
-    return queue
 
 
 def json_body() -> dict[str, Any]:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request, url_for
+from marshmallow import Schema
+from werkzeug.routing import BaseConverter
 
-from api import context
-from api.batch_fast import data_is_certainly_storable, valid_batch
-from api.metrics import EVENTS_SCHEDULED
-from api.render import etag, event_json, timeline_json
-from api.schemas import (
+from tickler.api import auth, context
+from tickler.api.batch_fast import data_is_certainly_storable, valid_batch
+from tickler.api.metrics import EVENTS_SCHEDULED
+from tickler.api.render import etag, event_json, timeline_json
+from tickler.api.schemas.events import (
     BatchSchema,
     CancelArgsSchema,
     CancelMatchingSchema,
@@ -18,14 +21,23 @@ from api.schemas import (
     ScheduleEventSchema,
     SearchArgsSchema,
 )
-from scheduler import rules
-from scheduler.errors import InFlight, Invalid, KeyConflict, TooLarge
-from scheduler.models import NewEvent
-from scheduler.store import EventChanges, SearchFilter
-from scheduler.store.events import UNSET
-from scheduler.store.search import ALL_STATUSES, decode_cursor, encode_cursor
+from tickler.scheduler import rules
+from tickler.scheduler.errors import InFlight, Invalid, KeyConflict, TooLarge
+from tickler.scheduler.models import NewEvent
+from tickler.scheduler.states import ALL_STATUSES, Scheduled
+from tickler.scheduler.store import EventChanges, SearchFilter
+from tickler.scheduler.store.events import UNSET
+from tickler.scheduler.store.search import decode_cursor, encode_cursor
 
 bp = Blueprint("events", __name__, url_prefix="/queues/<queue>/events")
+
+
+class ItemKeyConverter(BaseConverter):
+    """A key in /events/<item_key>, but not `batch`, `cancel` or another endpoint beside it: those
+    answer 405 with `Allow: POST` to other methods, instead of acting as keys."""
+
+    regex = r"(?!(?:{})\Z)[^/]+".format("|".join(rules.ENDPOINT_SEGMENTS))
+
 
 _schedule_schema = ScheduleEventSchema()
 _change_schema = ChangeEventSchema()
@@ -44,17 +56,6 @@ def _check_data(data: dict[str, Any], field: str) -> None:
     raise Invalid("The request is not valid.", errors={field: [message]})
 
 
-def _new_event(fields: dict[str, Any]) -> NewEvent:
-    return NewEvent(
-        item_key=fields["item_key"],
-        data=fields["data"],
-        group_key=fields.get("group_key"),
-        schedule_on=fields.get("schedule_on"),
-        delay_seconds=fields.get("delay_seconds"),
-        max_attempts=fields.get("max_attempts"),
-    )
-
-
 def _if_match() -> set[int] | None:
     """The versions If-Match accepts (None: any). A tag that is no version of ours matches nothing."""
     # A header that is present but parses to nothing (`If-Match: ,`) still asks for a match.
@@ -62,8 +63,8 @@ def _if_match() -> set[int] | None:
         return None
     versions = set()
     for tag in request.if_match.as_set():
-        # werkzeug parses `""` as the tag None
-        if tag is not None and tag.isdigit():
+        # werkzeug parses `""` as the tag None; isdigit() alone is also true of "²", which int() refuses
+        if tag is not None and tag.isascii() and tag.isdigit():
             versions.add(int(tag))
     return versions
 
@@ -77,39 +78,44 @@ def _event_response(event: Any, status: int = 200, **extra: Any) -> Response:
 
 @bp.post("")
 def schedule(queue: str) -> Response:
-    target = context.visible_queue(queue)
+    target = auth.visible_queue(queue)
     fields = _schedule_schema.load(context.json_body())
     _check_data(fields["data"], "data")
     try:
         event, outcome = context.store().events.schedule(
-            target, _new_event(fields), actor=context.principal().name, on_conflict=fields["on_conflict"]
+            target,
+            NewEvent.of(fields),
+            actor=auth.principal().name,
+            on_conflict=fields["on_conflict"],
+            debounce_max_seconds=fields.get("debounce_max_seconds"),
         )
     except (KeyConflict, InFlight):
         # Counted like a rejected item of a batch; the error handler answers 409.
-        EVENTS_SCHEDULED.labels(queue, "rejected").inc()
+        EVENTS_SCHEDULED.labels(queue, Scheduled.REJECTED).inc()
         raise
     EVENTS_SCHEDULED.labels(queue, outcome).inc()
-    response = _event_response(event, 202 if outcome == "created" else 200, outcome=outcome)
+    response = _event_response(event, 202 if outcome == Scheduled.CREATED else 200, outcome=outcome)
     response.headers["Location"] = url_for("v1.events.get_event", queue=queue, item_key=event.item_key)
     return response
 
 
 @bp.post("/batch")
 def schedule_batch(queue: str) -> Response:
-    target = context.visible_queue(queue)
+    target = auth.visible_queue(queue)
     settings = context.tickler().settings
     body = context.json_body()
     fast = valid_batch(body, max_events=settings.max_batch_events)
     if fast is not None:
-        events, on_conflict = fast
+        events, on_conflict, debounce_max = fast
     else:  # not certainly valid: the schema decides, and names every error
         fields = BatchSchema(max_events=settings.max_batch_events).load(body)
-        events, on_conflict = [_new_event(item) for item in fields["events"]], fields["on_conflict"]
+        events, on_conflict = [NewEvent.of(item) for item in fields["events"]], fields["on_conflict"]
+        debounce_max = fields.get("debounce_max_seconds")
     if not data_is_certainly_storable(request.get_data(cache=True), settings.max_event_data_bytes):
         for index, event in enumerate(events):
             _check_data(event.data, f"events[{index}].data")
     results = context.store().events.schedule_batch(
-        target, events, actor=context.principal().name, on_conflict=on_conflict
+        target, events, actor=auth.principal().name, on_conflict=on_conflict, debounce_max_seconds=debounce_max
     )
     counts: dict[str, int] = {}
     for result in results:
@@ -121,21 +127,20 @@ def schedule_batch(queue: str) -> Response:
 
 @bp.post("/cancel")
 def cancel_matching(queue: str) -> Response:
-    context.visible_queue(queue)
-    fields = _cancel_matching_schema.load(context.json_body())
-    cancelled = context.store().events.cancel_matching(
-        queue,
-        actor=context.principal().name,
-        group_key=fields.get("group_key"),
-        item_key_prefix=fields.get("item_key_prefix"),
-        reason=fields.get("reason"),
-    )
-    return jsonify({"cancelled": cancelled})
+    return on_matching(queue, _cancel_matching_schema, context.store().events.cancel_matching, "cancelled")
+
+
+def on_matching(queue: str, schema: Schema, act: Callable[..., int], answer: str) -> Response:
+    """A call on the events a filter matches: `act` gets the fields given (group_key,
+    item_key_prefix, ...) and the caller; the answer is how many it touched."""
+    auth.visible_queue(queue)
+    fields = schema.load(context.json_body())
+    return jsonify({answer: act(queue, actor=auth.principal().name, **fields)})
 
 
 @bp.get("")
 def search(queue: str) -> Response:
-    context.visible_queue(queue)
+    auth.visible_queue(queue)
     settings = context.tickler().settings
     args = SearchArgsSchema(max_limit=settings.max_page_size).load(context.query_args())
     statuses = frozenset(args["status"].split(",")) if "status" in args else ALL_STATUSES
@@ -152,15 +157,15 @@ def search(queue: str) -> Response:
     return jsonify({"events": [event_json(e) for e in page], "next_cursor": next_cursor})
 
 
-@bp.get("/<item_key>")
+@bp.get("/<item_key:item_key>")
 def get_event(queue: str, item_key: str) -> Response:
-    context.visible_queue(queue)
+    auth.visible_queue(queue)
     return _event_response(context.store().events.get(queue, item_key))
 
 
-@bp.patch("/<item_key>")
+@bp.patch("/<item_key:item_key>")
 def change_event(queue: str, item_key: str) -> Response:
-    context.visible_queue(queue)
+    auth.visible_queue(queue)
     fields = _change_schema.load(context.json_body())
     if "data" in fields:
         _check_data(fields["data"], "data")
@@ -170,25 +175,23 @@ def change_event(queue: str, item_key: str) -> Response:
         data=fields.get("data", UNSET),
         group_key=fields.get("group_key", UNSET),
     )
-    event = context.store().events.change(
-        queue, item_key, changes, actor=context.principal().name, if_match=_if_match()
-    )
+    event = context.store().events.change(queue, item_key, changes, actor=auth.principal().name, if_match=_if_match())
     return _event_response(event)
 
 
-@bp.delete("/<item_key>")
+@bp.delete("/<item_key:item_key>")
 def cancel_event(queue: str, item_key: str) -> Response:
-    context.visible_queue(queue)
+    auth.visible_queue(queue)
     args = _cancel_args_schema.load(context.query_args())
     event = context.store().events.cancel(
-        queue, item_key, actor=context.principal().name, reason=args.get("reason"), if_match=_if_match()
+        queue, item_key, actor=auth.principal().name, reason=args.get("reason"), if_match=_if_match()
     )
     return _event_response(event)
 
 
 @bp.get("/<item_key>/timeline")
 def timeline(queue: str, item_key: str) -> Response:
-    context.visible_queue(queue)
+    auth.history_of_queue(queue)
     events = context.store().events
     entries = events.timeline(queue, item_key)
     return jsonify(timeline_json(item_key, entries, events.archived(queue, item_key)))

@@ -28,11 +28,15 @@ EVENTS_SCHEDULED = Counter(
 )
 
 
-def metrics_response() -> Response:
+def metrics_response(database_gauges: CollectorRegistry | None = None) -> Response:
+    """This process's metrics (all workers' under PROMETHEUS_MULTIPROC_DIR), then the gauges read
+    from the database (`database_gauges`), which are the same whichever process answers."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         payload = generate_latest(registry)
     else:
         payload = generate_latest()
+    if database_gauges is not None:
+        payload += generate_latest(database_gauges)
     return Response(payload, mimetype=CONTENT_TYPE_LATEST)

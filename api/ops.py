@@ -7,10 +7,10 @@ import hmac
 import sqlalchemy.exc
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from api import context
-from api.metrics import metrics_response
-from api.problems import problem
-from scheduler.migrate import MigrationError, pending_migrations
+from tickler.api import context
+from tickler.api.metrics import metrics_response
+from tickler.api.problems import Refusals, problem
+from tickler.scheduler.migrate import MigrationError, pending_migrations
 
 bp = Blueprint("ops", __name__)
 
@@ -24,7 +24,7 @@ def healthz() -> Response:
 def readyz() -> Response:
     ext = context.tickler()
     try:
-        ext.store.ping()
+        refuses = ext.store.refuses_writes()
         pending = pending_migrations(ext.database_url)
     except (sqlalchemy.exc.DBAPIError, OSError) as error:
         return problem(503, "Not ready", f"The database cannot be reached: {type(error).__name__}.")
@@ -33,6 +33,14 @@ def readyz() -> Response:
     if pending:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
         return problem(503, "Not ready", f"Migrations not applied yet: {names}.")
+    if refuses is not None:
+        return problem(503, "Not ready", f"The database refuses writes ({refuses}): reads work, writes answer 503.")
+    refusals: Refusals = current_app.extensions["tickler.refusals"]
+    recent = refusals.recent()
+    if recent is not None:
+        return problem(
+            503, "Not ready", f"The database refused a write {refusals.window_seconds:g} s ago or less ({recent})."
+        )
     return jsonify({"status": "ready"})
 
 
@@ -45,7 +53,7 @@ def metrics() -> Response:
             response = problem(401, "Unauthorized", "/metrics needs the metrics token.")
             response.headers["WWW-Authenticate"] = 'Bearer realm="tickler-metrics"'
             return response
-    return metrics_response()
+    return metrics_response(current_app.extensions.get("tickler.gauges"))
 
 
 @bp.get("/openapi.json")

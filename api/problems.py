@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy.exc
@@ -10,8 +12,9 @@ from flask import Flask, Response, json
 from marshmallow import ValidationError
 from werkzeug.exceptions import HTTPException
 
-from scheduler import errors
-from scheduler.store.search import BadCursor
+from tickler.scheduler import errors
+from tickler.scheduler.db import unavailable_reason
+from tickler.scheduler.store.search import BadCursor
 
 log = structlog.get_logger(__name__)
 
@@ -20,13 +23,44 @@ PROBLEM_TYPE_BASE = "https://tickler.dev/problems/"
 # domain error -> (status, type slug, title)
 _DOMAIN_ERRORS: dict[type[errors.TicklerError], tuple[int, str, str]] = {
     errors.NotFound: (404, "not-found", "Not found"),
+    errors.Archived: (404, "archived", "The key's events were archived"),
     errors.KeyConflict: (409, "key-conflict", "An open event already has this key"),
     errors.InFlight: (409, "in-flight", "The event is in flight"),
+    errors.QueueInUse: (409, "queue-in-use", "The queue is in use"),
     errors.StaleLease: (409, "stale-lease", "The lease is no longer held"),
     errors.StaleVersion: (412, "stale-version", "The event has changed"),
     errors.TooLarge: (413, "too-large", "Payload too large"),
     errors.Invalid: (400, "validation", "The request is not valid"),
 }
+
+
+_UNAVAILABLE_DETAILS = {
+    "unreachable": "The database cannot be reached; try again shortly.",
+    "read_only": "The database is read-only for now (a failover, or writes turned off); try again shortly.",
+    "disk_full": "The database's disk is full; try again once space is freed.",
+}
+
+
+class Refusals:
+    """The database's last refusal for a reason no cheap probe can see (a full disk, no memory),
+    so that /readyz says not ready for `window_seconds` after it."""
+
+    REMEMBERED = frozenset({"disk_full", "out_of_memory"})
+
+    def __init__(self, window_seconds: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_seconds = window_seconds
+        self._clock = clock
+        self._last: tuple[float, str] | None = None
+
+    def note(self, reason: str) -> None:
+        if reason in self.REMEMBERED:
+            self._last = (self._clock(), reason)
+
+    def recent(self) -> str | None:
+        last = self._last
+        if last is None or self._clock() - last[0] > self.window_seconds:
+            return None
+        return last[1]
 
 
 def problem(status: int, title: str, detail: str, *, slug: str | None = None, **extra: Any) -> Response:
@@ -78,6 +112,8 @@ def register_error_handlers(app: Flask, event_json: Any) -> None:
         extra: dict[str, Any] = {}
         if "errors" in error.extra:
             extra["errors"] = error.extra["errors"]
+        if "archived" in error.extra:
+            extra["archived"] = error.extra["archived"]
         if "event" in error.extra:
             extra["event"] = event_json(error.extra["event"])
         return problem(status, title, error.detail, slug=slug, **extra)
@@ -104,6 +140,10 @@ def register_error_handlers(app: Flask, event_json: Any) -> None:
     @app.errorhandler(sqlalchemy.exc.DataError)
     @app.errorhandler(sqlalchemy.exc.IntegrityError)
     def _refused_by_database(error: sqlalchemy.exc.DBAPIError) -> Response:
+        diag = getattr(error.orig, "diag", None)
+        if getattr(diag, "constraint_name", None) == "tickler_event_queue_fkey":
+            # The queue was deleted after this process last read it (queues are cached briefly).
+            return problem(404, "Not found", "No such queue (it was deleted).", slug="not-found")
         # Validation should have caught this; the database is the last line. Still a client
         # value, so a 400 and nothing written (the transaction rolled back).
         log.warning("value_refused_by_database", error=str(error.orig))
@@ -111,10 +151,17 @@ def register_error_handlers(app: Flask, event_json: Any) -> None:
             400, "The request is not valid", "The database refused a value of this request.", slug="validation"
         )
 
-    @app.errorhandler(sqlalchemy.exc.OperationalError)
-    def _database_down(error: sqlalchemy.exc.OperationalError) -> Response:
-        log.error("database_unavailable", error=str(error.orig))
-        response = problem(503, "Service unavailable", "The database cannot be reached; try again shortly.")
+    @app.errorhandler(sqlalchemy.exc.DBAPIError)
+    def _database_unavailable(error: sqlalchemy.exc.DBAPIError) -> Response:
+        reason = unavailable_reason(error)
+        if reason is None:
+            return _unexpected(error)
+        log.error("database_unavailable", reason=reason, error=str(error.orig).strip())
+        refusals: Refusals | None = app.extensions.get("tickler.refusals")
+        if refusals is not None:
+            refusals.note(reason)
+        detail = _UNAVAILABLE_DETAILS.get(reason, "The database cannot serve this request now; try again shortly.")
+        response = problem(503, "Service unavailable", detail, slug="database-unavailable")
         response.headers["Retry-After"] = "1"
         return response
 

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import structlog
 from flask import Blueprint, Response, jsonify
 
-from api import context
-from api.render import queue_json
-from api.schemas import PutQueueSchema
-from scheduler.errors import NotFound
-from scheduler.rules import check_queue_name
-from scheduler.store import QueueSettings
+from tickler.api import auth, context
+from tickler.api.render import queue_json
+from tickler.api.schemas.queues import PutQueueSchema
+from tickler.scheduler.errors import NotFound
+from tickler.scheduler.rules import check_queue_name, format_timestamp
+from tickler.scheduler.store import QueueSettings
 
 bp = Blueprint("queues", __name__, url_prefix="/queues")
 
 _put_schema = PutQueueSchema()
+audit = structlog.get_logger("tickler.audit")
 
 
 @bp.put("/<queue>")
 def put_queue(queue: str) -> Response:
-    context.require_admin()
+    auth.require_admin()
     problem = check_queue_name(queue)
     if problem:
         raise NotFound(f"{queue!r} cannot name a queue. {problem}")
@@ -35,6 +39,11 @@ def put_queue(queue: str) -> Response:
         backoff_max_seconds=backoff.get("max_seconds"),
         backoff_multiplier=backoff.get("multiplier"),
         rotate_signing_secret=fields.get("rotate_signing_secret", False),
+        max_in_flight=fields.get("max_in_flight"),
+        rate_per_second=fields.get("rate_per_second"),
+        cleared=frozenset(
+            name for name in ("max_in_flight", "rate_per_second") if name in fields and fields[name] is None
+        ),
     )
     ext = context.tickler()
     result = ext.store.queues.put(queue, wanted, ext.settings)
@@ -46,7 +55,7 @@ def put_queue(queue: str) -> Response:
 
 @bp.get("")
 def list_queues() -> Response:
-    caller = context.principal()
+    caller = auth.principal()
     names = None if caller.is_admin else sorted(caller.queues)
     queues = context.store().queues.list(names)
     return jsonify({"queues": [queue_json(q) for q in queues]})
@@ -54,6 +63,29 @@ def list_queues() -> Response:
 
 @bp.get("/<queue>")
 def get_queue(queue: str) -> Response:
-    found = context.visible_queue(queue)
+    found = auth.visible_queue(queue)
     counts = context.store().queues.counts(queue)
     return jsonify(queue_json(found, counts=counts))
+
+
+@bp.get("/<queue>/signing-secret")
+def signing_secret(queue: str) -> Response:
+    """A webhook queue's current signing secret (and the previous one while it still signs): for
+    admins only, and every read is logged with who read it."""
+    caller = auth.require_admin()
+    if check_queue_name(queue) is not None:
+        raise NotFound(f"No queue named {queue!r}.")
+    found = context.store().queues.get(queue)
+    if found.signing_secret is None:
+        raise NotFound(f"{queue!r} is not a webhook queue: it has no signing secret.")
+    audit.info("signing_secret_read", queue=queue, actor=caller.name)
+    until = found.previous_secret_until
+    previous = found.previous_signing_secret if until is not None and until > datetime.now(UTC) else None
+    return jsonify(
+        {
+            "queue": queue,
+            "signing_secret": found.signing_secret,
+            "previous_signing_secret": previous,
+            "previous_secret_until": format_timestamp(until) if previous else None,
+        }
+    )

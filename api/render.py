@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+from datetime import datetime
 from typing import Any
 
-from api.schemas import EventSchema, TimelineEntrySchema
-from scheduler.models import Event, Queue, TimelineEntry
-from scheduler.rules import format_timestamp
+from tickler.api.schemas.events import EventSchema, TimelineEntrySchema
+from tickler.scheduler.models import Event, Queue, TimelineEntry
+from tickler.scheduler.rules import format_timestamp
 
 _event_schema = EventSchema()
 _timeline_schema = TimelineEntrySchema(many=True)
@@ -18,8 +21,27 @@ def event_json(event: Event, **extra: Any) -> dict[str, Any]:
     return body
 
 
+# Timeline details written by SQL carry PostgreSQL's rendering of a time (`+00:00`); responses
+# spell every time one way (`Z`). Only keys that name a time are touched, never client text.
+_TIME_KEY = re.compile(r"_(at|on|since|until)$")
+
+
+def _one_time_format(details: Any) -> Any:
+    if not isinstance(details, dict):
+        return details
+    spelled = dict(details)
+    for key, value in details.items():
+        if isinstance(value, str) and _TIME_KEY.search(key):
+            with contextlib.suppress(ValueError):
+                spelled[key] = format_timestamp(datetime.fromisoformat(value))
+    return spelled
+
+
 def timeline_json(item_key: str, entries: list[TimelineEntry], archived: dict[str, Any] | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"item_key": item_key, "entries": _timeline_schema.dump(entries)}
+    dumped = _timeline_schema.dump(entries)
+    for entry in dumped:
+        entry["details"] = _one_time_format(entry.get("details"))
+    body: dict[str, Any] = {"item_key": item_key, "entries": dumped}
     if archived is not None:
         body["archived"] = archived  # older entries were moved to Parquet by the archive job
     return body
@@ -46,6 +68,9 @@ def queue_json(
             "max_seconds": queue.backoff_max_seconds,
             "multiplier": queue.backoff_multiplier,
         },
+        "max_in_flight": queue.max_in_flight,
+        "rate_per_second": queue.rate_per_second,
+        "paused": queue.paused,
         "created_on": format_timestamp(queue.created_on),
         "updated_on": format_timestamp(queue.updated_on),
     }

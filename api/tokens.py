@@ -5,44 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, jsonify
-from marshmallow import Schema, ValidationError, fields, validate, validates
 
-from api import context
-from api.schemas import StrictBoolean, Text
-from scheduler.errors import NotFound
-from scheduler.rules import check_queue_name, format_timestamp
-from scheduler.store.tokens import TokenInfo
+from tickler.api import auth, context
+from tickler.api.schemas.tokens import IssueTokenSchema
+from tickler.scheduler.errors import NotFound
+from tickler.scheduler.rules import format_timestamp
+from tickler.scheduler.store.tokens import TokenInfo
 
 bp = Blueprint("tokens", __name__, url_prefix="/tokens")
-
-
-class IssueTokenSchema(Schema):
-    """POST /v1/tokens."""
-
-    name = Text(
-        required=True,
-        max_length=200,
-        validate=validate.Length(min=1),
-        metadata={"description": "The principal: the client service the token belongs to."},
-    )
-    queues = fields.List(fields.String(), load_default=list, validate=validate.Length(max=1000))
-    admin = StrictBoolean(load_default=False)
-
-    @validates("queues")
-    def _queues(self, value: list[str], **kwargs: Any) -> None:
-        bad = [name for name in value if check_queue_name(name)]
-        if bad:
-            raise ValidationError(f"Not a queue name: {bad[0]!r}.")
-
-
-class TokenSchema(Schema):
-    id = fields.Integer()
-    name = fields.String()
-    admin = fields.Boolean()
-    queues = fields.List(fields.String())
-    created_on = fields.String()
-    revoked_on = fields.String(allow_none=True)
-    token = fields.String(metadata={"description": "Only in the answer to POST: the one time it is shown."})
 
 
 _issue_schema = IssueTokenSchema()
@@ -61,7 +31,7 @@ def token_json(info: TokenInfo) -> dict[str, Any]:
 
 @bp.post("")
 def issue() -> Response:
-    context.require_admin()
+    auth.require_admin()
     fields_ = _issue_schema.load(context.json_body())
     token, info = context.store().tokens.issue(fields_["name"], queues=fields_["queues"], is_admin=fields_["admin"])
     response = jsonify({**token_json(info), "token": token})
@@ -71,13 +41,13 @@ def issue() -> Response:
 
 @bp.get("")
 def list_tokens() -> Response:
-    context.require_admin()
+    auth.require_admin()
     return jsonify({"tokens": [token_json(t) for t in context.store().tokens.list()]})
 
 
 @bp.delete("/<int:token_id>")
 def revoke(token_id: int) -> Response:
-    context.require_admin()
+    auth.require_admin()
     info = context.store().tokens.revoke(token_id)
     if info is None:
         raise NotFound(f"No token {token_id}.")

@@ -1,17 +1,19 @@
-"""python -m bench [--quick] [--only SCENARIO ...] [--database-url URL] [--soak-minutes M]"""
+"""python -m bench [--quick] [--only SCENARIO ...] [--server private|local] [--database-url URL] [--soak-minutes M]"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 from bench import report
+from bench.cluster import SETTINGS, PrivateCluster
 from bench.harness import ROOT, Context, Row, resolve_server, say
-from scheduler.logs import configure_logging
+from tickler.scheduler.logs import configure_logging
 
 # Scenario name -> module (each has run(ctx) -> list[Row]), in the order of the issue's table.
 SCENARIOS = [
@@ -21,9 +23,14 @@ SCENARIOS = [
     "groups",
     "pull_http",
     "webhook",
+    "webhook_burst",
+    "rate_limit",
     "lateness",
     "scale",
     "counts",
+    "peers",
+    "http_servers",
+    "scaling",
     "soak",
 ]
 RESULTS = ROOT / "bench" / "results.json"
@@ -35,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, ~1 minute: proves the harness works")
     parser.add_argument("--only", nargs="+", choices=SCENARIOS, metavar="SCENARIO", help=", ".join(SCENARIOS))
     parser.add_argument("--database-url", help="target PostgreSQL server (a database is created per scenario)")
+    parser.add_argument(
+        "--server",
+        choices=["private", "local"],
+        help="private: start a cluster of our own with stated settings (bench/cluster.py; the default of a "
+        "full run); local: the PostgreSQL at 127.0.0.1:5432 or --database-url, as configured (quick's default)",
+    )
     parser.add_argument("--repeats", type=int, help="repeats per measurement (default 3; quick: 1)")
     parser.add_argument("--soak-minutes", type=float, default=30.0, help="soak duration (full mode; default 30)")
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from bench/results.json")
@@ -49,8 +62,22 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging("WARNING")
+    given = args.database_url or os.environ.get("TICKLER_BENCH_DATABASE_URL")
+    server = args.server or ("local" if args.quick or given or args.report_only else "private")
+    cluster = PrivateCluster() if server == "private" else None
+    try:
+        admin_url = cluster.start() if cluster else resolve_server(args.database_url)
+        if cluster:
+            say(f"private PostgreSQL cluster at {admin_url} ({', '.join(f'{k}={v}' for k, v in SETTINGS.items())})")
+        return _main(args, admin_url, "private (bench/cluster.py)" if cluster else "local")
+    finally:
+        if cluster:
+            cluster.stop()
+
+
+def _main(args: argparse.Namespace, admin_url: str, cluster: str) -> int:
     ctx = Context(
-        admin_url=resolve_server(args.database_url),
+        admin_url=admin_url,
         quick=args.quick,
         repeats=args.repeats or (1 if args.quick else 3),
         soak_minutes=0.1 if args.quick else args.soak_minutes,
@@ -77,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             "soak_minutes": ctx.soak_minutes if name == "soak" else None,
             # runs of one report may be days and commits apart: say what each ran on
             "server": report.run_settings(ctx.admin_url),
+            "cluster": cluster,
             "commit": report.git_head(),
         }
         if not args.quick:

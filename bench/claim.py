@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from bench import baseline
-from bench.drain import baseline_fill, tickler_rate
-from bench.harness import QUEUE, Context, Row, make_queue, median, say
-from bench.procs import WorkerSpec, run_baseline_workers, tickler_workers
+from bench.drain import baseline_fill, tickler_drain
+from bench.harness import QUEUE, Context, Row, make_queue, median_cpu
+from bench.procs import WorkerSpec, baseline_drain, tickler_workers
 
 TARGET = 0.6
 
@@ -20,15 +20,20 @@ def measure(ctx: Context, *, workers: int, batch: int, n: int, default_config: b
         # The dispatcher claims min(batch, free slots): give it room for a whole batch unless asked not to.
         room = {} if default_config else {"concurrency": max(96, batch), "queue_concurrency": max(64, batch)}
         specs = [WorkerSpec(url, QUEUE, batch, name=f"w{i}", **room) for i in range(workers)]  # type: ignore[arg-type]
-        with tickler_workers(specs):
-            tickler_runs = [tickler_rate(url, n) for _ in range(ctx.repeats)]
-        base_runs = []
+        tickler_runs, tickler_cpu = [], []
+        with tickler_workers(specs) as procs:
+            for _ in range(ctx.repeats):
+                rate, cpu = tickler_drain(url, n, [p.pid for p in procs if p.pid])
+                tickler_runs.append(rate)
+                tickler_cpu.append(cpu.per_event_us(n))
+        base_runs, base_cpu = [], []
         for _ in range(ctx.repeats):
             baseline_fill(url, n)
-            base_runs.append(n / run_baseline_workers(url, QUEUE, workers=workers, batch=batch))
-    t, b = median(tickler_runs), median(base_runs)
-    say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({tickler_runs} / {base_runs})")
-    return Row(name, t, b, "events/s", "≥ 60% of baseline", t >= TARGET * b, runs=tickler_runs, baseline_runs=base_runs)
+            seconds, cpu = baseline_drain(url, QUEUE, workers=workers, batch=batch)
+            base_runs.append(n / seconds)
+            base_cpu.append(cpu.per_event_us(n))
+    per_event = {"tickler": median_cpu(tickler_cpu), "baseline": median_cpu(base_cpu)}
+    return Row.throughput(name, tickler_runs, base_runs, "≥ 60% of baseline", TARGET, cpu=per_event)
 
 
 def run(ctx: Context) -> list[Row]:

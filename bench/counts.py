@@ -13,8 +13,8 @@ TARGET_MS = 50.0
 
 def measure(ctx: Context, url: str, events: int) -> list[Row]:
     """Time the endpoint in-process (Flask test client: the whole view, no network) on a built state."""
-    from api import create_app
-    from config import Settings
+    from tickler.api import create_app
+    from tickler.config import Settings
 
     app = create_app(Settings(database_url=url, migrate_on_start=False, log_level="WARNING"), configure_logs=False)
     client = app.test_client()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import psycopg
 
 from bench import baseline
+from bench.cpu import HARNESS, CpuMeter, CpuUse
 from bench.harness import QUEUE, finish_time, store_for, wait_until_drained
-from scheduler.models import NewEvent
+from tickler.scheduler.models import NewEvent
 
 _counter = [0]
 
@@ -42,7 +45,7 @@ def fill_tickler(url: str, n: int, *, groups: int = 0, delay_seconds: float = 36
 def make_due_soon(url: str, *, lead: float = 0.3, table: str = "tickler_event") -> float:
     """Move every open event to `lead` seconds from now (one instant) and wake the dispatchers, as a
     writer would; return that instant (database clock, epoch seconds)."""
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, application_name=HARNESS) as conn:
         row = conn.execute("SELECT extract(epoch FROM now() + make_interval(secs => %s))::float8", (lead,)).fetchone()
         assert row is not None
         due = float(row[0])
@@ -57,10 +60,16 @@ def make_due_soon(url: str, *, lead: float = 0.3, table: str = "tickler_event") 
 
 def tickler_rate(url: str, n: int, *, groups: int = 0) -> float:
     """Events/s for running workers to claim, deliver and finish `n` events that fall due together."""
+    return tickler_drain(url, n, [], groups=groups)[0]
+
+
+def tickler_drain(url: str, n: int, pids: Sequence[int], *, groups: int = 0) -> tuple[float, CpuUse]:
+    """tickler_rate, and the CPU the worker processes `pids` and the database spent draining."""
     fill_tickler(url, n, groups=groups)
-    due = make_due_soon(url)
-    wait_until_drained(url)
-    return n / (finish_time(url) - due)
+    with CpuMeter(url, pids) as meter:
+        due = make_due_soon(url)
+        wait_until_drained(url)
+    return n / (finish_time(url) - due), meter.use
 
 
 def baseline_fill(url: str, n: int, *, groups: int = 0, delay: float = 0.0) -> None:

@@ -17,9 +17,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from scheduler.db import libpq_url
-from scheduler.migrate import migrate
-from scheduler.store import Store
+from bench.cpu import HARNESS
+from tickler.scheduler.db import libpq_url
+from tickler.scheduler.migrate import migrate
+from tickler.scheduler.store import Store
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +40,11 @@ class Row:
     note: str = ""
     runs: list[float] = field(default_factory=list)
     baseline_runs: list[float] = field(default_factory=list)
+    # The peer (pgqueuer) doing the same work in the same run; None: no equivalent, or not installed.
+    peer: float | None = None
+    peer_runs: list[float] = field(default_factory=list)
+    # CPU µs per event, [application, database], per side ("tickler", "peer", "baseline").
+    cpu: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float | None:
@@ -48,6 +54,21 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def throughput(
+        cls,
+        name: str,
+        runs: list[float],
+        baseline_runs: list[float],
+        target: str,
+        share: float,
+        cpu: dict[str, list[float]],
+    ) -> Row:
+        """An events/s row against the baseline: medians of the repeats, met at `share` of it."""
+        t, b = median(runs), median(baseline_runs)
+        say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({runs} / {baseline_runs})")
+        return cls(name, t, b, "events/s", target, t >= share * b, runs=runs, baseline_runs=baseline_runs, cpu=cpu)
 
 
 @dataclass
@@ -82,6 +103,13 @@ def say(message: str) -> None:
 
 def median(values: list[float]) -> float:
     return float(statistics.median(values))
+
+
+def median_cpu(per_run: list[list[float]]) -> list[float]:
+    """[app, db] µs/event: the median of each over the repeats."""
+    if not per_run:
+        return []
+    return [median([run[0] for run in per_run]), median([run[1] for run in per_run])]
 
 
 def repeat(times: int, measure: Callable[[], float]) -> list[float]:
@@ -150,15 +178,15 @@ def drop_database(admin_url: str, url: str) -> None:
 
 
 def store_for(url: str, pool_size: int = 4) -> Store:
-    from scheduler.db import create_engine
+    from tickler.scheduler.db import create_engine
 
     return Store(create_engine(url, pool_size=pool_size))
 
 
 def make_queue(url: str, name: str = QUEUE, **settings: Any) -> None:
     """Create a queue through the store (the same path as PUT /v1/queues/{q})."""
-    from config import Settings
-    from scheduler.store import QueueSettings
+    from tickler.config import Settings
+    from tickler.scheduler.store import QueueSettings
 
     store = store_for(url, pool_size=1)
     try:
@@ -176,7 +204,7 @@ def admin_token(url: str) -> str:
 
 
 def open_count(url: str, table: str = "tickler_event") -> int:
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, application_name=HARNESS) as conn:
         row = conn.execute(
             sql.SQL("SELECT count(*) FROM {} WHERE dequeued_on IS NULL").format(sql.Identifier(table))
         ).fetchone()
@@ -194,7 +222,7 @@ def wait_until_drained(url: str, *, table: str = "tickler_event", timeout: float
 
 def finish_time(url: str, table: str = "tickler_event") -> float:
     """Epoch seconds of the last finish (database clock)."""
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, application_name=HARNESS) as conn:
         row = conn.execute(
             sql.SQL("SELECT extract(epoch FROM max(dequeued_on))::float8 FROM {}").format(sql.Identifier(table))
         ).fetchone()
@@ -223,3 +251,19 @@ def clock_offset(url: str) -> float:
                 best = sample
     assert best is not None
     return best[1]
+
+
+@contextlib.contextmanager
+def secondary_indexes_dropped(conn: psycopg.Connection[Any], table: str = "tickler_event") -> Iterator[None]:
+    """Drop `table`'s secondary indexes for a bulk load and build them again after (same definitions):
+    one sorted build is far faster than millions of index insertions, and the result is the same."""
+    conn.execute("SET maintenance_work_mem = '1GB'")
+    indexes = conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s AND indexname <> %s",
+        (table, f"{table}_pkey"),
+    ).fetchall()
+    for name, _ in indexes:
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+    yield
+    for _, definition in indexes:
+        conn.execute(definition)

@@ -1,4 +1,5 @@
-"""gunicorn running tickler's API (2 workers) for the HTTP scenarios, and a small keep-alive client.
+"""tickler's API under a WSGI server (gunicorn, granian, waitress) for the HTTP scenarios, and a small
+keep-alive client.
 
 The client is http.client: it keeps the connection open when the server does (gunicorn's default
 sync workers answer `Connection: close`, so it reconnects then; the gthread worker keeps it alive).
@@ -26,9 +27,54 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# The WSGI servers the HTTP scenarios compare; each runs tickler.wsgi:app with `workers` processes of
+# `threads` threads (waitress: one process, as `tickler serve` runs it).
+SERVERS = ("gunicorn", "granian", "waitress")
+
+
+def server_available(kind: str) -> bool:
+    return (ROOT / ".venv" / "bin" / {"waitress": "waitress-serve"}.get(kind, kind)).exists()
+
+
+def _command(kind: str, port: int, workers: int, threads: int) -> list[str]:
+    bin_dir = ROOT / ".venv" / "bin"
+    if kind == "gunicorn":
+        command = [str(bin_dir / "gunicorn"), "-w", str(workers), "-b", f"127.0.0.1:{port}"]
+        if threads:
+            command += ["-k", "gthread", "--threads", str(threads)]
+        return [*command, "tickler.wsgi:app"]
+    if kind == "granian":
+        return [
+            str(bin_dir / "granian"),
+            "--interface",
+            "wsgi",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--blocking-threads",
+            str(max(1, threads)),
+            "--no-log",
+            "tickler.wsgi:app",
+        ]
+    if kind == "waitress":
+        return [
+            str(bin_dir / "waitress-serve"),
+            f"--listen=127.0.0.1:{port}",
+            f"--threads={max(1, threads)}",
+            "tickler.wsgi:app",
+        ]
+    raise ValueError(kind)
+
+
 @contextmanager
-def gunicorn(url: str, *, workers: int = 2, threads: int = 0) -> Iterator[int]:
-    """`gunicorn -w 2 -b 127.0.0.1:PORT wsgi:app` on a migrated database; yields the port."""
+def api_server(
+    url: str, kind: str = "gunicorn", *, workers: int = 2, threads: int = 0, json: str = ""
+) -> Iterator[tuple[int, int]]:
+    """tickler's API under a WSGI server on a migrated database; yields (port, server pid).
+    json: "" (orjson when installed), "stdlib" or "orjson" (TICKLER_JSON)."""
     port = free_port()
     env = {
         **os.environ,
@@ -36,18 +82,17 @@ def gunicorn(url: str, *, workers: int = 2, threads: int = 0) -> Iterator[int]:
         "TICKLER_MIGRATE_ON_START": "false",
         "TICKLER_LOG_LEVEL": "WARNING",
     }
-    command = [str(ROOT / ".venv" / "bin" / "gunicorn"), "-w", str(workers), "-b", f"127.0.0.1:{port}"]
-    if threads:
-        command += ["-k", "gthread", "--threads", str(threads)]
+    if json:
+        env["TICKLER_JSON"] = json
     proc = subprocess.Popen(
-        [*command, "wsgi:app"],
+        _command(kind, port, workers, threads),
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=sys.stderr if os.environ.get("BENCH_VERBOSE") else subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 if Client(port, "").get("/readyz")[0] == 200:
@@ -55,12 +100,23 @@ def gunicorn(url: str, *, workers: int = 2, threads: int = 0) -> Iterator[int]:
             except OSError:
                 pass
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("gunicorn did not start")
+                raise RuntimeError(f"{kind} did not start")
             time.sleep(0.1)
-        yield port
+        yield port, proc.pid
     finally:
         proc.terminate()
-        proc.wait(15)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@contextmanager
+def gunicorn(url: str, *, workers: int = 2, threads: int = 0) -> Iterator[int]:
+    """`gunicorn -w 2 -b 127.0.0.1:PORT tickler.wsgi:app` on a migrated database; yields the port."""
+    with api_server(url, "gunicorn", workers=workers, threads=threads) as (port, _):
+        yield port
 
 
 class Client:

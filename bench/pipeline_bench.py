@@ -28,8 +28,8 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from scheduler.db import libpq_url
-from scheduler.migrate import migrate
+from tickler.scheduler.db import libpq_url
+from tickler.scheduler.migrate import migrate
 
 BEGIN, END = "<!-- pipeline-figures:begin -->", "<!-- pipeline-figures:end -->"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -169,11 +169,11 @@ def machine(url: str, spark: Any) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> str:
-    from pipeline.archive import run_archive
-    from pipeline.importer import run_import
-    from pipeline.report import Period, run_report
-    from pipeline.source import Source
-    from pipeline.spark import create_session, jdbc_jar
+    from tickler.pipeline.archive import run_archive
+    from tickler.pipeline.importer import run_import
+    from tickler.pipeline.report import Period, run_report
+    from tickler.pipeline.source import Source
+    from tickler.pipeline.spark import create_session, jdbc_jar
 
     with _database(args.admin_url) as url, tempfile.TemporaryDirectory(prefix="tickler-bench-") as scratch:
         work = Path(scratch)

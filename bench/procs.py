@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from bench.cpu import CpuUse
+
 SPAWN = multiprocessing.get_context("spawn")
 
 
@@ -41,11 +43,11 @@ def _room(spec: WorkerSpec) -> dict[str, Any]:
 
 
 def _tickler_worker(spec: WorkerSpec, ready: Any, stop: Any) -> None:
-    from config import Settings
-    from scheduler.delivery.handlers import Handlers
-    from scheduler.logs import configure_logging
-    from scheduler.models import Event
-    from scheduler.worker import Worker
+    from tickler.config import Settings
+    from tickler.scheduler.delivery.handlers import Handlers
+    from tickler.scheduler.logs import configure_logging
+    from tickler.scheduler.models import Event
+    from tickler.scheduler.worker import Worker
 
     configure_logging("WARNING")
     handlers = Handlers()
@@ -82,19 +84,30 @@ def _tickler_worker(spec: WorkerSpec, ready: Any, stop: Any) -> None:
 def tickler_workers(specs: list[WorkerSpec], *, settle: float = 0.5) -> Iterator[Sequence[BaseProcess]]:
     """Run tickler workers (one process each) for the duration of the block; they are ready (LISTENing)
     when it starts and stopped gracefully when it ends."""
+    # settle: its claim loop has looked once and gone to sleep
+    with running(_tickler_worker, [(spec,) for spec in specs], what="tickler worker", settle=settle) as procs:
+        yield procs
+
+
+@contextmanager
+def running(
+    target: Callable[..., None], args: Sequence[tuple[Any, ...]], *, what: str, settle: float
+) -> Iterator[list[BaseProcess]]:
+    """One spawned process per args tuple, called as target(*args, ready, stop): it sets `ready`
+    once it serves, and ends gracefully when `stop` is set (at the end of the block)."""
     stop = SPAWN.Event()
-    readies = [SPAWN.Event() for _ in specs]
+    readies = [SPAWN.Event() for _ in args]
     procs = [
-        SPAWN.Process(target=_tickler_worker, args=(spec, ready, stop), daemon=True)
-        for spec, ready in zip(specs, readies, strict=True)
+        SPAWN.Process(target=target, args=(*a, ready, stop), daemon=True)
+        for a, ready in zip(args, readies, strict=True)
     ]
     for proc in procs:
         proc.start()
     try:
         for ready in readies:
             if not ready.wait(60):
-                raise RuntimeError("a tickler worker did not start")
-        time.sleep(settle)  # its claim loop has looked once and gone to sleep
+                raise RuntimeError(f"a {what} did not start")
+        time.sleep(settle)
         yield procs
     finally:
         stop.set()
@@ -107,9 +120,11 @@ def tickler_workers(specs: list[WorkerSpec], *, settle: float = 0.5) -> Iterator
 
 def _baseline_worker(url: str, queue: str, batch: int, group: bool, go: Any, done: Any) -> None:
     from bench import baseline
+    from bench.cpu import SelfCpu
 
     with baseline.connect(url) as conn:
         go.wait()
+        cpu = SelfCpu(conn.info.backend_pid)
         while True:
             if group:
                 rows = baseline.claim_groups(conn, queue, "base", batch)
@@ -119,27 +134,54 @@ def _baseline_worker(url: str, queue: str, batch: int, group: bool, go: Any, don
                 break
             # the handler would run here (a no-op)
             baseline.complete(conn, [int(row[0]) for row in rows])  # type: ignore[call-overload]
-    done.put(time.time())
+        done.put((time.time(), cpu.spent()))
+
+
+def baseline_drain(url: str, queue: str, *, workers: int, batch: int, group: bool = False) -> tuple[float, CpuUse]:
+    """Drain the baseline table with `workers` processes; return the seconds it took (go to last
+    finish) and the CPU the workers and their backends spent."""
+    started, results = race(_baseline_worker, [(url, queue, batch, group) for _ in range(workers)])
+    return float(max(t for t, _ in results)) - started, CpuUse.total(c for _, c in results)
 
 
 def run_baseline_workers(url: str, queue: str, *, workers: int, batch: int, group: bool = False) -> float:
     """Drain the baseline table with `workers` processes; return the seconds it took (go to last finish)."""
-    started, finished = race(_baseline_worker, [(url, queue, batch, group) for _ in range(workers)])
-    return float(max(finished)) - started
+    return baseline_drain(url, queue, workers=workers, batch=batch, group=group)[0]
 
 
-def race(target: Callable[..., None], args: Sequence[tuple[Any, ...]]) -> tuple[float, list[Any]]:
+class Go:
+    """The start line: each process calls wait() once, ready (connected, imports done); race()
+    releases them together when all have arrived, so no process's start-up is timed."""
+
+    def __init__(self) -> None:
+        self.arrived = SPAWN.Semaphore(0)
+        self.event = SPAWN.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.arrived.release()
+        return self.event.wait(timeout)
+
+
+def race(
+    target: Callable[..., None], args: Sequence[tuple[Any, ...]], *, on_start: Callable[[list[int]], None] | None = None
+) -> tuple[float, list[Any]]:
     """Start one spawned process per args tuple, release them all at once, and return the release
     time and what each put on its queue. `target` takes (*args, go, out): it waits for `go`, does
-    its work, then puts one result on `out` (by convention starting with its finish time)."""
-    go = SPAWN.Event()
+    its work, then puts one result on `out` (by convention starting with its finish time).
+    `on_start` gets the processes' pids once they run (a CPU meter counting them)."""
+    go = Go()
     out: multiprocessing.Queue[Any] = SPAWN.Queue()
     procs = [SPAWN.Process(target=target, args=(*a, go, out)) for a in args]
     for proc in procs:
         proc.start()
-    time.sleep(1.0)  # started, connected and waiting on `go`
+    if on_start:
+        on_start([p.pid for p in procs if p.pid is not None])
+    for _ in procs:  # every one started, connected and waiting on `go`
+        if not go.arrived.acquire(timeout=300):
+            raise RuntimeError("a load process did not reach the start line")
+    time.sleep(0.05)  # the last one is inside event.wait()
     started = time.time()
-    go.set()
+    go.event.set()
     results = [out.get(timeout=600) for _ in procs]
     for proc in procs:
         proc.join(10)

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from bench import scaling_doc
 from bench.harness import ROOT, Context, Row
 
 BEGIN, END = "<!-- pipeline-figures:begin -->", "<!-- pipeline-figures:end -->"
@@ -29,18 +30,36 @@ def _fmt(value: float | None, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
+SIDES = ("tickler", "peer", "baseline")
+PEER = "pgqueuer"
+
+
+def _cpu(row: Row) -> str:
+    """CPU µs/event (app + db) per side, "—" for a side not measured."""
+    if not row.cpu:
+        return "-"
+    cells = []
+    for side in SIDES:
+        value = row.cpu.get(side)
+        cells.append("—" if not value else f"{value[0]:,.0f} + {value[1]:,.0f}")
+    return " / ".join(cells)
+
+
 def table(rows: list[Row]) -> str:
     lines = [
-        "| scenario | tickler | baseline | ratio | target | met? |",
-        "|---|---:|---:|---:|---|---|",
+        f"| scenario | tickler | {PEER} | baseline | ratio | {PEER} ratio | target | met? "
+        f"| CPU µs/event (app + db): tickler / {PEER} / baseline |",
+        "|---|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for row in rows:
         ratio = f"{row.ratio:.2f}" if row.ratio is not None else "-"
+        peer_ratio = f"{row.peer / row.baseline:.2f}" if row.peer is not None and row.baseline else "—"
         met = {True: "yes", False: "**no**", None: "-"}[row.met]
         scenario = row.scenario + (f" — {row.note}" if row.note else "")
+        peer = _fmt(row.peer, row.unit) if row.peer is not None else "—"
         lines.append(
-            f"| {scenario} | {_fmt(row.tickler, row.unit)} | {_fmt(row.baseline, row.unit)} | {ratio} "
-            f"| {row.target} | {met} |"
+            f"| {scenario} | {_fmt(row.tickler, row.unit)} | {peer} | {_fmt(row.baseline, row.unit)} | {ratio} "
+            f"| {peer_ratio} | {row.target} | {met} | {_cpu(row)} |"
         )
     return "\n".join(lines)
 
@@ -57,7 +76,7 @@ SETTINGS = [
     "autovacuum",
 ]
 # The settings that move results and that a run may have had differently from the report's time.
-RUN_SETTINGS = ["autovacuum", "synchronous_commit", "fsync", "max_wal_size", "checkpoint_timeout"]
+RUN_SETTINGS = ["autovacuum", "synchronous_commit", "fsync", "max_wal_size", "checkpoint_timeout", "shared_buffers"]
 
 
 def server_settings(admin_url: str, names: list[str]) -> dict[str, str]:
@@ -107,7 +126,7 @@ def machine(admin_url: str) -> list[str]:
 def versions() -> str:
     parts = [f"Python {platform.python_version()}"]
     commit = git_head()
-    for package in ("tickler", "psycopg", "SQLAlchemy", "Flask", "gunicorn"):
+    for package in ("tickler", "psycopg", "SQLAlchemy", "Flask", "gunicorn", "granian", "orjson", "pgqueuer"):
         try:
             parts.append(f"{package} {version(package)}")
         except PackageNotFoundError:
@@ -132,6 +151,7 @@ def write(path: Path, results: dict[str, Any], ctx: Context) -> None:
         f"- `{name}`: {results[name]['at']}, {results[name]['seconds']:.0f} s"
         + (f", soak of {results[name]['soak_minutes']:g} min" if results[name].get("soak_minutes") else "")
         + (f", at {results[name]['commit']}" if results[name].get("commit") else "")
+        + (f", {results[name]['cluster']} server" if results[name].get("cluster") else "")
         + (f" ({results[name]['server']})" if results[name].get("server") else "")
         for name in SCENARIOS
         if name in results
@@ -150,14 +170,22 @@ def write(path: Path, results: dict[str, Any], ctx: Context) -> None:
         "by each run. Medians of "
         f"{ctx.repeats} repeats; each scenario runs against a fresh database, in the same run as a plain-psycopg "
         "baseline doing the same work with the best SQL (bench/baseline.py). ratio = tickler / baseline: "
-        "for events/s higher is better, for ms lower is better.",
+        "for events/s higher is better, for ms lower is better. The `peers` rows add pgqueuer (from PyPI, "
+        'its public API, a fresh database of its own; bench/pgq.py) in the same run: "—" where it has no '
+        "equivalent or was not installed. CPU µs/event (app + db): user + system CPU of the side's own "
+        "processes (workers, API servers, in-process clients; not load generators) and of the PostgreSQL "
+        "backends serving its database, from /proc, divided by the events (bench/cpu.py).",
         "",
-        "Run it: `.venv/bin/python -m bench` (everything, ~40 min with `--soak-minutes 10`; the full soak is "
-        "30 min), `.venv/bin/python -m bench --only claim lateness` (rerun some scenarios; the others' rows "
-        "are kept from bench/results.json), `.venv/bin/python -m bench --quick` (tiny sizes, proves the "
-        "harness works, writes nothing; CI), `.venv/bin/python -m bench --report-only` (rewrite this file "
-        "from bench/results.json). Options: `--database-url URL` (default: the local PostgreSQL at "
-        "127.0.0.1:5432, else an embedded one), `--repeats N`, `--soak-minutes M`. "
+        "Run it: `make bench` (installs the `bench` extra: pgqueuer, granian, orjson; then "
+        "`.venv/bin/python -m bench`: everything, ~70 min with `--soak-minutes 10`; the full soak is "
+        "30 min more). A full run starts a private PostgreSQL cluster (initdb into a temporary directory, the "
+        "settings of bench/cluster.py: autovacuum, fsync and synchronous_commit on, shared_buffers 128MB) "
+        "so that no earlier ALTER SYSTEM of the machine's server counts; `--server local` or "
+        "`--database-url URL` measure a given server instead, its settings recorded below. "
+        "`.venv/bin/python -m bench --only claim lateness` (rerun some scenarios; the others' rows "
+        "are kept from bench/results.json), `.venv/bin/python -m bench --quick` (tiny sizes, the local "
+        "server, proves the harness works, writes nothing; CI), `.venv/bin/python -m bench --report-only` "
+        "(rewrite this file from bench/results.json). Options: `--repeats N`, `--soak-minutes M`. "
         "`.venv/bin/python -m bench.walprofile` breaks the WAL of a delivered event down by record type, "
         "beside the baseline's (pg_waldump; needs a PostgreSQL on this machine).",
         "",
@@ -185,3 +213,5 @@ def write(path: Path, results: dict[str, Any], ctx: Context) -> None:
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(parts))
+    if "scaling" in results:
+        scaling_doc.write(path.with_name("scaling.md"), results)

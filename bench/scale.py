@@ -10,8 +10,8 @@ import psycopg
 import sqlalchemy as sa
 
 from bench.drain import fill_tickler
-from bench.harness import QUEUE, Context, Row, make_queue, median, say, store_for
-from scheduler.sql import q
+from bench.harness import QUEUE, Context, Row, make_queue, median, say, secondary_indexes_dropped, store_for
+from tickler.scheduler.sql import q
 
 CLAIM_LIMIT = 10
 DUE = 1_000  # due events added on top of the future ones
@@ -31,27 +31,18 @@ RETURNING id, lease_id
 def build(url: str, future: int) -> float:
     """`future` pending events a day ahead, through one INSERT ... SELECT; return seconds taken.
 
-    The secondary indexes are dropped for the load and built again after (same definitions): one
-    sorted build is far faster than ten million index insertions, and the result is the same.
+    The secondary indexes are dropped for the load and built again after (same definitions).
     """
     make_queue(url)
     started = time.monotonic()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SET maintenance_work_mem = '1GB'")
-        indexes = conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'tickler_event' "
-            "AND indexname <> 'tickler_event_pkey'"
-        ).fetchall()
-        for name, _ in indexes:
-            conn.execute(f'DROP INDEX "{name}"')
-        conn.execute(
-            "INSERT INTO tickler_event (queue, item_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts) "
-            "SELECT %s, 'future:' || g, now() + interval '1 day' + g * interval '1 millisecond', "
-            "jsonb_build_object('n', g), now(), 'bench', 10 FROM generate_series(1, %s) AS g",
-            (QUEUE, future),
-        )
-        for _, definition in indexes:
-            conn.execute(definition)
+        with secondary_indexes_dropped(conn):
+            conn.execute(
+                "INSERT INTO tickler_event (queue, item_key, schedule_on, data, enqueued_on, enqueued_by, "
+                "max_attempts) SELECT %s, 'future:' || g, now() + interval '1 day' + g * interval '1 millisecond', "
+                "jsonb_build_object('n', g), now(), 'bench', 10 FROM generate_series(1, %s) AS g",
+                (QUEUE, future),
+            )
         conn.execute("VACUUM ANALYZE tickler_event")
     return time.monotonic() - started
 
@@ -119,11 +110,18 @@ def run(ctx: Context) -> list[Row]:
         say(f"built {big:,} future events in {seconds:.0f} s")
         big_t, big_p = measure_state(ctx, url, big)
         fill_tickler(url, DUE, delay_seconds=-1)
-        params = {"queue": QUEUE, "worker": "explain", "limit": CLAIM_LIMIT, "lease_seconds": 30, "now": None}
+        params = {
+            "queue": QUEUE,
+            "worker": "explain",
+            "limit": CLAIM_LIMIT,
+            "lease_seconds": 30,
+            "now": None,
+            "flow": False,
+        }
         ctx.findings[f"scale: EXPLAIN (ANALYZE, BUFFERS) claim_events, {big:,} future + {DUE:,} due events"] = (
             "```\n" + explain(url, "claim_events", params) + "\n```"
         )
-        params = {"queue": QUEUE, "limit": CLAIM_LIMIT, "scan": CLAIM_LIMIT * 50, "now": None}
+        params = {"queue": QUEUE, "limit": CLAIM_LIMIT, "scan": CLAIM_LIMIT * 50, "now": None, "flow": False}
         ctx.findings[f"scale: EXPLAIN (ANALYZE, BUFFERS) lock_due_groups, {big:,} future events"] = (
             "```\n" + explain(url, "lock_due_groups", params) + "\n```"
         )

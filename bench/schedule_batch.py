@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 from bench import baseline
-from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median, say
-from bench.http import Client, gunicorn
+from bench.cpu import CpuMeter
+from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median_cpu
+from bench.http import Client, api_server
 
 TARGET = 0.5
 
@@ -41,23 +42,15 @@ def run(ctx: Context) -> list[Row]:
             baseline.install(url)
             token = admin_token(url)
             base_runs = [baseline_rate(url, batch, batches, r) for r in range(ctx.repeats)]
-            with gunicorn(url) as port:
+            runs, cpus = [], []
+            with api_server(url, "gunicorn") as (port, pid):
                 client = Client(port, token)
                 http_rate(client, batch, 1, -1)  # warm-up
-                runs = [http_rate(client, batch, batches, r) for r in range(ctx.repeats)]
-        t, b = median(runs), median(base_runs)
+                for r in range(ctx.repeats):
+                    with CpuMeter(url, [pid]) as meter:  # the server and the database; not the client
+                        runs.append(http_rate(client, batch, batches, r))
+                    cpus.append(meter.use.per_event_us(batch * batches))
         name = f"schedule via HTTP batch of {batch:,}, 1 client"
-        say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({runs} / {base_runs})")
-        rows.append(
-            Row(
-                name,
-                t,
-                b,
-                "events/s",
-                "≥ 50% of COPY→INSERT ON CONFLICT",
-                t >= TARGET * b,
-                runs=runs,
-                baseline_runs=base_runs,
-            )
-        )
+        target = "≥ 50% of COPY→INSERT ON CONFLICT"
+        rows.append(Row.throughput(name, runs, base_runs, target, TARGET, cpu={"tickler": median_cpu(cpus)}))
     return rows

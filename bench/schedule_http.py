@@ -7,8 +7,9 @@ import time
 from typing import Any
 
 from bench import baseline
-from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median, say
-from bench.http import Client, gunicorn
+from bench.cpu import CpuMeter
+from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median_cpu
+from bench.http import Client, api_server
 from bench.procs import race
 
 TARGET = 0.4
@@ -36,6 +37,20 @@ def http_rate(port: int, token: str, total: int, round_: int, clients: int = CLI
     return float(per * clients / (max(t for t, _ in results) - started))
 
 
+def measured_runs(
+    url: str, port: int, pid: int, token: str, total: int, repeats: int, round_: int, clients: int = CLIENTS
+) -> tuple[list[float], list[list[float]]]:
+    """A warm-up (pools, caches), then `repeats` timed runs: events/s and CPU µs/event [app, db] of
+    the server `pid` (its workers included) and the database; not the clients."""
+    http_rate(port, token, min(total, 400), -1 - round_, clients)
+    runs, cpus = [], []
+    for r in range(repeats):
+        with CpuMeter(url, [pid]) as meter:
+            runs.append(http_rate(port, token, total, round_ + r, clients))
+        cpus.append(meter.use.per_event_us(total // clients * clients))
+    return runs, cpus
+
+
 def baseline_rate(url: str, total: int, round_: int) -> float:
     with baseline.connect(url) as conn:
         started = time.perf_counter()
@@ -52,25 +67,11 @@ def run(ctx: Context) -> list[Row]:
         baseline.install(url)
         token = admin_token(url)
         base_runs = [baseline_rate(url, total, r) for r in range(ctx.repeats)]
-        b = median(base_runs)
         configs = (("sync workers, as deployed", 0), ("gthread, 4 threads each: real keep-alive", 4))
         for label, threads in configs[: 1 if ctx.quick else 2]:
-            with gunicorn(url, threads=threads) as port:
-                http_rate(port, token, min(total, 400), -1 - threads)  # warm-up: pools, caches
-                runs = [http_rate(port, token, total, r + 10 * threads) for r in range(ctx.repeats)]
-            t = median(runs)
+            with api_server(url, "gunicorn", threads=threads) as (port, pid):
+                runs, cpus = measured_runs(url, port, pid, token, total, ctx.repeats, 10 * threads)
             name = f"schedule via HTTP, 1 event/request, gunicorn -w 2 ({label}), {CLIENTS} clients"
-            say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({runs} / {base_runs})")
-            rows.append(
-                Row(
-                    name,
-                    t,
-                    b,
-                    "events/s",
-                    "≥ 40% of single-row INSERT",
-                    t >= TARGET * b,
-                    runs=runs,
-                    baseline_runs=base_runs,
-                )
-            )
+            target = "≥ 40% of single-row INSERT"
+            rows.append(Row.throughput(name, runs, base_runs, target, TARGET, cpu={"tickler": median_cpu(cpus)}))
     return rows

@@ -3,38 +3,67 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 
-def _env(name: str, default: str) -> str:
-    value = os.environ.get(name)
-    return default if value is None or value == "" else value
+# How an environment variable is read into a field of each type, and what it must be otherwise.
+_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+_READERS: dict[str, tuple[Callable[[str], object], str]] = {
+    "str": (str, "text"),
+    "Path": (Path, "a path"),
+    "int": (int, "a whole number"),
+    "float": (float, "a number"),
+    "bool": (lambda raw: _BOOLEANS[raw.strip().lower()], "true or false"),
+}
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = _env(name, str(default))
-    try:
-        return float(raw)
-    except ValueError:
-        raise SystemExit(f"{name} must be a number, not {raw!r}") from None
+def _from_env(cls: type[_T], prefix: str, environ: Mapping[str, str], **given: object) -> _T:
+    """`cls` with each field read from PREFIX + FIELD_NAME where that is set and not empty, and
+    its default otherwise: the defaults are written once, in the dataclass."""
+    values = dict(given)
+    for field_ in fields(cls):  # type: ignore[arg-type]
+        name = prefix + field_.name.upper()
+        raw = environ.get(name, "")
+        if field_.name in values or raw == "":
+            continue
+        read, kind = _READERS[str(field_.type)]
+        try:
+            values[field_.name] = read(raw)
+        except (KeyError, ValueError):
+            raise SystemExit(f"{name} must be {kind}, not {raw!r}") from None
+    return cls(**values)
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = _env(name, str(default))
-    try:
-        return int(raw)
-    except ValueError:
-        raise SystemExit(f"{name} must be a whole number, not {raw!r}") from None
+def _knob(default: _T, meaning: str) -> _T:
+    """A tuning knob's default and what it means (`tickler worker -h` shows it)."""
+    return field(default=default, metadata={"meaning": meaning})  # type: ignore[no-any-return]
 
 
-def _env_bool(name: str, default: bool) -> bool:
-    raw = _env(name, "true" if default else "false").strip().lower()
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise SystemExit(f"{name} must be true or false, not {raw!r}")
+@dataclass(frozen=True)
+class WorkerSettings:
+    """The dispatcher's tuning knobs (TICKLER_WORKER_BATCH_SIZE, ...): what `tickler worker`,
+    `tickler serve` and an embedded Worker use unless told otherwise."""
+
+    batch_size: int = _knob(100, "leases asked for per claim (per queue)")
+    concurrency: int = _knob(96, "delivery threads of this process (they mostly wait on I/O)")
+    queue_concurrency: int = _knob(
+        64,
+        "leases of one queue claimed and not yet delivered; keep it below the concurrency so that one slow "
+        "receiver cannot take every thread",
+    )
+    poll_interval: float = _knob(5.0, "safety poll: look for due events at least this often (seconds)")
+    reap_interval: float = _knob(1.0, "how often to end expired leases (seconds)")
+    refresh_interval: float = _knob(5.0, "how often to re-read which queues to serve and their settings (seconds)")
+    shutdown_grace: float = _knob(10.0, "on stop, how long deliveries in progress may take to finish (seconds)")
+    # After a claim that came back small, wait at least this long before the next one, so that
+    # events falling due a fraction of a millisecond apart are claimed (and acked) together
+    # instead of each costing its own commits: at most this much lateness, for throughput.
+    coalesce_seconds: float = _knob(0.005, "after a small claim, wait this long before the next (seconds)")
 
 
 @dataclass(frozen=True)
@@ -53,6 +82,8 @@ class Settings:
     max_batch_events: int = 10_000
     # Largest page of a search.
     max_page_size: int = 1_000
+    # Longest long poll of a claim (`wait_seconds`); lower it behind a proxy with a shorter timeout.
+    max_wait_seconds: float = 20.0
     # When set, /metrics needs `Authorization: Bearer <metrics_token>`.
     metrics_token: str = ""
     # Log level of the JSON logs (DEBUG, INFO, WARNING, ...).
@@ -69,30 +100,28 @@ class Settings:
     default_backoff_max_seconds: float = 3600.0
     default_backoff_multiplier: float = 2.0
     default_webhook_timeout_seconds: float = 10.0
+    # max_in_flight of a new webhook queue (when not given): leases live at once, cluster-wide.
+    default_webhook_max_in_flight: int = 100
     # Apply pending migrations when the service starts.
     migrate_on_start: bool = True
+    # Key that signs the dashboard's session cookies. Empty: a key generated once and kept in the
+    # database (table tickler_ui_secret), shared by every process of the deployment.
+    secret_key: str = ""
+    # Send the dashboard's session cookie only over HTTPS (set it when tickler is behind TLS).
+    secure_cookies: bool = False
+    # Who writes API responses: "auto" (orjson when it is installed, else the json module) or
+    # "stdlib" (the json module always). The same JSON text either way (api/jsonio.py).
+    json: str = "auto"
+
+    # The dispatcher's tuning knobs (TICKLER_WORKER_*).
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
 
     @classmethod
-    def from_env(cls) -> Settings:
-        return cls(
-            database_url=_env("TICKLER_DATABASE_URL", ""),
-            data_dir=Path(_env("TICKLER_DATA_DIR", ".tickler")),
-            max_event_data_bytes=_env_int("TICKLER_MAX_EVENT_DATA_BYTES", 256 * 1024),
-            max_body_bytes=_env_int("TICKLER_MAX_BODY_BYTES", 32 * 1024 * 1024),
-            max_batch_events=_env_int("TICKLER_MAX_BATCH_EVENTS", 10_000),
-            max_page_size=_env_int("TICKLER_MAX_PAGE_SIZE", 1_000),
-            metrics_token=_env("TICKLER_METRICS_TOKEN", ""),
-            log_level=_env("TICKLER_LOG_LEVEL", "INFO").upper(),
-            pool_size=_env_int("TICKLER_POOL_SIZE", 10),
-            cache_seconds=_env_float("TICKLER_CACHE_SECONDS", 5.0),
-            default_lease_seconds=_env_float("TICKLER_DEFAULT_LEASE_SECONDS", 30.0),
-            default_max_attempts=_env_int("TICKLER_DEFAULT_MAX_ATTEMPTS", 10),
-            default_backoff_initial_seconds=_env_float("TICKLER_DEFAULT_BACKOFF_INITIAL_SECONDS", 1.0),
-            default_backoff_max_seconds=_env_float("TICKLER_DEFAULT_BACKOFF_MAX_SECONDS", 3600.0),
-            default_backoff_multiplier=_env_float("TICKLER_DEFAULT_BACKOFF_MULTIPLIER", 2.0),
-            default_webhook_timeout_seconds=_env_float("TICKLER_DEFAULT_WEBHOOK_TIMEOUT_SECONDS", 10.0),
-            migrate_on_start=_env_bool("TICKLER_MIGRATE_ON_START", True),
-        )
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
+        """Each setting from TICKLER_ + its name in capitals (TICKLER_POOL_SIZE, ...), the worker's
+        from TICKLER_WORKER_ + the knob's name (TICKLER_WORKER_BATCH_SIZE, ...)."""
+        settings = _from_env(cls, "TICKLER_", environ, worker=_from_env(WorkerSettings, "TICKLER_WORKER_", environ))
+        return settings.with_overrides(log_level=settings.log_level.upper())
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]

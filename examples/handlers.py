@@ -6,8 +6,8 @@ raising StopDelivery = dead, no retry.
 
 from __future__ import annotations
 
-from scheduler.delivery.handlers import Handlers, StopDelivery
-from scheduler.models import Event
+from tickler.scheduler.delivery.handlers import Handlers, StopDelivery
+from tickler.scheduler.models import Event
 
 handlers = Handlers()
 

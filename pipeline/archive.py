@@ -2,7 +2,8 @@
 
 A run goes through the states of its ledger row (tickler_archive_run):
   selected  the run's event ids are recorded (tickler_archive_item) with counts and id sums;
-  written   its files were written (the run's directory rewritten whole) and read back matching;
+  written   its files were written (its earlier files removed, then written whole under a staging
+            directory and moved into the queue=/date= partitions) and read back matching;
   deleted   its rows were deleted from PostgreSQL in one transaction that checked the counts.
 Each step is redone from the recorded state after a crash: a rerun finishes the unfinished run
 (same ids, so the same rows in the same place) before it starts a new one.
@@ -10,8 +11,9 @@ Each step is redone from the recorded state after a crash: a rerun finishes the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -19,13 +21,12 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import db, layout
-from pipeline.source import ARCHIVE_EVENTS, ARCHIVE_TIMELINE, Source
-from pipeline.spark import PipelineError
+from tickler.pipeline import db, layout
+from tickler.pipeline.source import ARCHIVE_EVENTS, ARCHIVE_TIMELINE, Source
+from tickler.pipeline.spark import PipelineError
 
 # Stages after which `hook` is called: tests raise there to simulate a crash.
 STAGES = ("selected", "written", "verified", "deleted")
@@ -61,28 +62,33 @@ def run_archive(
     location: str,
     cutoff: datetime,
     limit: int | None = None,
-    source: SourceOptions | None = None,
+    source: SourceOptions = SourceOptions(),  # frozen: one default for every call is safe
     hook: Hook | None = None,
 ) -> list[RunResult]:
     """Finish an unfinished run if a crash left one, then archive what finished before `cutoff`."""
-    source = source or SourceOptions()
     results = []
-    with db.connect(url, autocommit=True, row_factory=dict_row) as conn:
-        locked = conn.execute(db.q("archive_lock")).fetchone()
-        if not locked or not next(iter(locked.values())):
-            raise PipelineError("another archive run holds the archive lock; try again when it has finished")
-        try:
-            unfinished = conn.execute(db.q("unfinished_run")).fetchone()
-            if unfinished is not None:
-                results.append(_finish(spark, url, conn, unfinished, source, hook, resumed=True))
-            run = _select(conn, layout.normalize_location(location), cutoff, limit)
-            if run is not None:
-                if hook:
-                    hook("selected", run["id"])
-                results.append(_finish(spark, url, conn, run, source, hook, resumed=False))
-        finally:
-            conn.execute(db.q("archive_unlock"))
+    with db.connect(url, autocommit=True, row_factory=dict_row) as conn, archive_lock(conn):
+        unfinished = conn.execute(db.q("unfinished_run")).fetchone()
+        if unfinished is not None:
+            results.append(_finish(spark, url, conn, unfinished, source, hook, resumed=True))
+        run = _select(conn, layout.normalize_location(location), cutoff, limit)
+        if run is not None:
+            if hook:
+                hook("selected", run["id"])
+            results.append(_finish(spark, url, conn, run, source, hook, resumed=False))
     return results
+
+
+@contextmanager
+def archive_lock(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """One job at a time changes the archive (archive runs, compaction)."""
+    locked = conn.execute(db.q("archive_lock")).fetchone()
+    if not locked or not next(iter(locked.values())):
+        raise PipelineError("another archive job holds the archive lock; try again when it has finished")
+    try:
+        yield
+    finally:
+        conn.execute(db.q("archive_unlock"))
 
 
 def _select(conn: psycopg.Connection[Any], location: str, cutoff: datetime, limit: int | None) -> Any:
@@ -142,21 +148,35 @@ def _write(spark: SparkSession, url: str, run: dict[str, Any], options: SourceOp
         ThreadPoolExecutor(max_workers=2) as pool,
     ):  # fmt: skip
         writes = [
-            pool.submit(_write_table, src.read(relation, bounds, only_run).drop("run_id"), run, table)
+            pool.submit(_write_table, spark, src.read(relation, bounds, only_run), run, table)
             for relation, table in ((ARCHIVE_EVENTS, "events"), (ARCHIVE_TIMELINE, "timeline"))
         ]
         for write in writes:
             write.result()
 
 
-def _write_table(frame: DataFrame, run: dict[str, Any], table: str) -> None:
+def _write_table(spark: SparkSession, frame: DataFrame, run: dict[str, Any], table: str) -> None:
+    """Remove what an earlier attempt of the run placed, write the run whole, move its files in."""
+    files = layout.Files(spark)
+    root = layout.table_root(run["location"], table)
+    prefix = layout.run_prefix(run["id"])
+    for partition, names in files.partition_files(root).items():
+        for name in names:
+            if name.startswith(prefix):
+                files.delete(f"{root}/{partition}/{name}")
+    staging = layout.staging_path(run["location"], table, run["id"])
     (
-        frame.repartition("queue", "date")  # one file per queue and day
+        frame.select(F.col("run_id").cast("long").alias("run"), *[c for c in frame.columns if c != "run_id"])
+        .repartition("queue", "date")  # one file per queue and day
         .sortWithinPartitions("queue", "date", "id")
         .write.mode("overwrite")
         .partitionBy("queue", "date")
-        .parquet(layout.run_path(run["location"], table, run["id"]))
+        .parquet(staging)
     )
+    for partition, names in files.partition_files(staging).items():
+        for name in names:
+            files.rename(f"{staging}/{partition}/{name}", f"{root}/{partition}/{prefix}{name}")
+    files.delete(staging)
 
 
 def _matches(spark: SparkSession, run: dict[str, Any]) -> bool:
@@ -172,18 +192,22 @@ def _matches(spark: SparkSession, run: dict[str, Any]) -> bool:
 
 def _read_back(spark: SparkSession, run: dict[str, Any], table: str) -> tuple[int, int] | None:
     """(rows, sum of ids) of a table of the run's files; None when a file is missing or an id repeats."""
-    try:
-        frame = spark.read.parquet(layout.run_path(run["location"], table, run["id"]))
-    except AnalysisException:  # no files yet (a crash before the write)
+    frame = layout.read_table(spark, run["location"], table)
+    if frame is None:  # no files yet (a crash before the write)
         return None
-    found = frame.agg(
-        F.count("*").alias("n"),
-        F.countDistinct("id").alias("distinct"),
-        F.coalesce(F.sum(F.col("id").cast("decimal(38,0)")), F.lit(0)).alias("id_sum"),
-    ).first()
+    found = ledger_figures(frame.where(F.col("run") == run["id"])).first()
     if found is None or found["n"] != found["distinct"]:
         return None
     return int(found["n"]), int(found["id_sum"])
+
+
+def ledger_figures(frame: DataFrame, *by: str) -> DataFrame:
+    """What the ledger records of a run's rows: their number (n), distinct ids and id sum (by `by`)."""
+    return frame.groupBy(*by).agg(
+        F.count("*").alias("n"),
+        F.countDistinct("id").alias("distinct"),
+        F.coalesce(F.sum(F.col("id").cast("decimal(38,0)")), F.lit(0)).alias("id_sum"),
+    )
 
 
 def _delete(conn: psycopg.Connection[Any], run: dict[str, Any]) -> None:

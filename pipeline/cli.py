@@ -1,20 +1,24 @@
-"""`tickler pipeline report|archive|import`: the Spark jobs from the command line."""
+"""`tickler pipeline report|archive|compact|import`: the Spark jobs from the command line."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import tempfile
+from contextlib import nullcontext
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from config import Settings
-from pipeline.source import choose
-from pipeline.spark import PipelineError, create_session, jdbc_jar, one_line
-from scheduler import rules
-from scheduler.db import resolve_database_url
-from scheduler.migrate import MigrationError, migrate
+from tickler.config import Settings
+from tickler.pipeline.progress import jvm_output_to, reporting
+from tickler.pipeline.source import choose
+from tickler.pipeline.spark import PipelineError, create_session, jdbc_jar, one_line
+from tickler.scheduler import rules
+from tickler.scheduler.db import NoDatabase, existing_database_url
+from tickler.scheduler.migrate import MigrationError, migrate
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +44,13 @@ def _parser() -> argparse.ArgumentParser:
     spark.add_argument("--staging-dir", help="where the snapshot source writes its files (shared, on a cluster)")
     spark.add_argument("--driver-memory", help="Spark driver memory (default 2g in local mode)")
     spark.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="any Spark setting")
+    run = common.add_argument_group("output")
+    run.add_argument("--json", action="store_true", help="print a JSON run summary on stdout (and nothing else)")
+    run.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    run.add_argument(
+        "--spark-log",
+        help="where the JVM's own output goes (default: tickler-pipeline-spark.log in the temporary directory)",
+    )
     jobs = parser.add_subparsers(dest="job", required=True)
 
     report = jobs.add_parser("report", parents=[common], help="delivery report: Parquet tables and an HTML page")
@@ -49,11 +60,14 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--top", type=int, default=10, help="how many groups and principals to list")
 
     archive = jobs.add_parser("archive", parents=[common], help="move finished events to Parquet, then delete them")
-    archive.add_argument(
-        "--to",
-        default=os.environ.get("TICKLER_ARCHIVE_DIR", "tickler-archive"),
-        help="archive location: a directory or a URI (default TICKLER_ARCHIVE_DIR or ./tickler-archive)",
-    )
+    compact = jobs.add_parser("compact", parents=[common], help="merge the small files of each archive partition")
+    for job in (archive, compact):
+        job.add_argument(
+            "--to",
+            default=os.environ.get("TICKLER_ARCHIVE_DIR", "tickler-archive"),
+            help="archive location: a directory or a URI (default TICKLER_ARCHIVE_DIR or ./tickler-archive)",
+        )
+    compact.add_argument("--min-files", type=int, default=2, help="merge partitions with at least this many files")
     when = archive.add_mutually_exclusive_group()
     when.add_argument("--before", help="archive events finished before this RFC 3339 time or date (UTC)")
     when.add_argument(
@@ -67,7 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     load = jobs.add_parser("import", parents=[common], help="schedule events from a CSV or Parquet file")
     load.add_argument("file", help="CSV (with a header) or Parquet file or directory")
     load.add_argument("--principal", required=True, help="recorded as enqueued_by and as the timeline actor")
-    load.add_argument("--on-conflict", choices=rules.ON_CONFLICT_CHOICES, default="reject")
+    load.add_argument("--on-conflict", choices=rules.SCHEDULE_ON_CONFLICT, default="reject")
+    load.add_argument(
+        "--debounce-max-seconds",
+        type=float,
+        help="with --on-conflict debounce: due at the latest this long after first enqueued",
+    )
     load.add_argument("--queue", help="queue of rows that do not name one")
     load.add_argument("--format", choices=("csv", "parquet"), help="default: by the file name (.csv or not)")
     load.add_argument("--rejects", help="rejects file (default FILE.rejects.csv)")
@@ -97,10 +116,13 @@ def _cutoff(args: argparse.Namespace) -> datetime:
 
 
 def main(argv: list[str]) -> int:
+    """Run one job; exit status 0 done, 1 the job failed (Spark, or an archive check), 2 a problem to fix."""
     args = _parser().parse_args(argv)
+    summary: dict[str, Any] = {"job": args.job}
     try:
         settings = Settings.from_env()
-        url = resolve_database_url(settings.database_url, settings.data_dir)
+        # never creates an empty database where none is (only serve and migrate do)
+        url = existing_database_url(settings.database_url, settings.data_dir)
         migrate(url)
         jar = jdbc_jar(args.jdbc_jar)
         if args.job in ("report", "archive"):
@@ -108,37 +130,54 @@ def main(argv: list[str]) -> int:
         from pyspark.sql import SparkSession
 
         running = SparkSession.getActiveSession()
-        spark = create_session(args.master, jar=jar, driver_memory=args.driver_memory, conf=_conf(args.conf))
+        log = Path(args.spark_log or Path(tempfile.gettempdir()) / "tickler-pipeline-spark.log")
+        summary["spark_log"] = str(log)
+        with jvm_output_to(log):  # the JVM's start-up lines and Spark's logging go there
+            spark = create_session(args.master, jar=jar, driver_memory=args.driver_memory, conf=_conf(args.conf))
         try:
-            if args.job == "report":
-                return _report(spark, url, args)
-            if args.job == "archive":
-                return _archive(spark, url, args)
-            return _import(spark, url, args, settings)
+            with nullcontext() if args.no_progress else reporting(spark.sparkContext):
+                if args.job == "report":
+                    summary.update(_report(spark, url, args))
+                elif args.job == "archive":
+                    summary.update(_archive(spark, url, args))
+                elif args.job == "compact":
+                    summary.update(_compact(spark, url, args))
+                else:
+                    summary.update(_import(spark, url, args, settings))
         finally:
             if running is None:  # stop only a session this call started
                 spark.stop()
-    except (PipelineError, MigrationError) as error:
-        print(f"tickler pipeline: {error}", file=sys.stderr)
-        return 2
+        code = 1 if summary.get("error") else 0
+    except (PipelineError, MigrationError, NoDatabase) as error:
+        code, summary["error"] = 2, str(error)
     except Exception as error:
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
         if not isinstance(error, PySparkException | Py4JError):
             raise
-        print(f"tickler pipeline: Spark failed: {one_line(error)}", file=sys.stderr)
-        return 1
+        code, summary["error"] = 1, f"Spark failed: {one_line(error)}"
+    if "error" in summary and not args.json:
+        print(f"tickler pipeline: {summary['error']}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({**summary, "status": "failed" if code else "ok", "exit_code": code}, default=str))
+    return code
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    """Human output: on stdout, unless --json keeps stdout for the summary."""
+    if not args.json:
+        print(text)
 
 
 def _source_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"mode": args.source, "jar": args.jdbc_jar, "partitions": args.partitions, "staging_dir": args.staging_dir}
 
 
-def _report(spark: Any, url: str, args: argparse.Namespace) -> int:
-    from pipeline.report import Period, run_report
-    from pipeline.report_html import percent, seconds
-    from pipeline.source import Source
+def _report(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    from tickler.pipeline.report import Period, run_report
+    from tickler.pipeline.report_html import percent, seconds
+    from tickler.pipeline.source import Source
 
     until = args.until or datetime.now(UTC).date() + timedelta(days=1)
     since = args.since or until - timedelta(days=30)
@@ -147,18 +186,19 @@ def _report(spark: Any, url: str, args: argparse.Namespace) -> int:
     with Source(spark, url, **_source_options(args)) as source:
         result = run_report(spark, source, Path(args.out), Period(since, until), top=args.top)
         kind = source.kind
-    print(f"report {since} to {until} (read via {kind}): {result.html}")
-    print(f"{'queue':<24} {'enqueued':>10} {'delivered':>10} {'cancelled':>10} {'dead':>8} {'fail rate':>9} "
-          f"{'late p50':>9} {'late p95':>9} {'late p99':>9}")  # fmt: skip
+    _say(args, f"report {since} to {until} (read via {kind}): {result.html}")
+    _say(args, f"{'queue':<24} {'enqueued':>10} {'delivered':>10} {'cancelled':>10} {'dead':>8} {'fail rate':>9} "
+               f"{'late p50':>9} {'late p95':>9} {'late p99':>9}")  # fmt: skip
     for row in result.tables["summary"]:
-        print(f"{row['queue']:<24} {row['enqueued']:>10,} {row['delivered']:>10,} {row['cancelled']:>10,} "
-              f"{row['dead']:>8,} {percent(row['failure_rate']):>9} {seconds(row['lateness_p50_s']):>9} "
-              f"{seconds(row['lateness_p95_s']):>9} {seconds(row['lateness_p99_s']):>9}")  # fmt: skip
-    return 0
+        _say(args, f"{row['queue']:<24} {row['enqueued']:>10,} {row['delivered']:>10,} {row['cancelled']:>10,} "
+                   f"{row['dead']:>8,} {percent(row['failure_rate']):>9} {seconds(row['lateness_p50_s']):>9} "
+                   f"{seconds(row['lateness_p95_s']):>9} {seconds(row['lateness_p99_s']):>9}")  # fmt: skip
+    return {"since": since, "until": until, "source": kind, "out": str(result.out_dir), "html": str(result.html),
+            "queues": result.tables["summary"]}  # fmt: skip
 
 
-def _archive(spark: Any, url: str, args: argparse.Namespace) -> int:
-    from pipeline.archive import ArchiveMismatch, SourceOptions, run_archive
+def _archive(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    from tickler.pipeline.archive import ArchiveMismatch, SourceOptions, run_archive
 
     cutoff = _cutoff(args)
     try:
@@ -166,34 +206,43 @@ def _archive(spark: Any, url: str, args: argparse.Namespace) -> int:
             spark, url, location=args.to, cutoff=cutoff, limit=args.limit, source=SourceOptions(**_source_options(args))
         )
     except ArchiveMismatch as error:
-        print(f"tickler pipeline: {error}", file=sys.stderr)
-        return 1
+        return {"error": str(error)}
     if not results:
-        print(f"nothing finished before {rules.format_timestamp(cutoff)} to archive")
+        _say(args, f"nothing finished before {rules.format_timestamp(cutoff)} to archive")
     for run in results:
         note = " (finished a run a crash had left)" if run.resumed else ""
-        print(f"archive run {run.run_id}{note}: {run.events:,} events and {run.timeline:,} timeline entries "
-              f"finished before {rules.format_timestamp(run.cutoff)} moved to {run.location}")  # fmt: skip
-    return 0
+        _say(args, f"archive run {run.run_id}{note}: {run.events:,} events and {run.timeline:,} timeline entries "
+                   f"finished before {rules.format_timestamp(run.cutoff)} moved to {run.location}")  # fmt: skip
+    return {"cutoff": rules.format_timestamp(cutoff), "runs": [
+        {"run": r.run_id, "resumed": r.resumed, "events": r.events, "timeline": r.timeline, "location": r.location}
+        for r in results]}  # fmt: skip
 
 
-def _import(spark: Any, url: str, args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.importer import run_import
+def _compact(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    from tickler.pipeline.archive import ArchiveMismatch
+    from tickler.pipeline.compact import run_compact
+
+    try:
+        result = run_compact(spark, url, location=args.to, min_files=args.min_files)
+    except ArchiveMismatch as error:
+        return {"error": str(error)}
+    _say(args, f"compacted {result.partitions:,} partitions of {result.location}: {result.files_before:,} files "
+               f"now {result.files_after:,}; {result.runs_checked:,} runs match the ledger")  # fmt: skip
+    return {"location": result.location, "partitions": result.partitions, "files_before": result.files_before,
+            "files_after": result.files_after, "runs_checked": result.runs_checked}  # fmt: skip
+
+
+def _import(spark: Any, url: str, args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from tickler.pipeline.importer import run_import
 
     result = run_import(
-        spark,
-        url,
-        args.file,
-        principal=args.principal,
-        on_conflict=args.on_conflict,
-        queue=args.queue,
-        fmt=args.format,
-        rejects_path=args.rejects,
-        partitions=args.partitions,
-        max_data_bytes=settings.max_event_data_bytes,
-    )
-    print(f"import of {args.file} (principal {args.principal}, on_conflict {args.on_conflict}):")
+        spark, url, args.file, principal=args.principal, on_conflict=args.on_conflict, queue=args.queue,
+        debounce_max_seconds=args.debounce_max_seconds, fmt=args.format, rejects_path=args.rejects,
+        partitions=args.partitions, max_data_bytes=settings.max_event_data_bytes,
+    )  # fmt: skip
+    _say(args, f"import of {args.file} (principal {args.principal}, on_conflict {args.on_conflict}):")
     for outcome, n in result.counts.items():
-        print(f"  {outcome:<10} {n:>12,}")
-    print(f"rejects: {result.rejects_path} ({result.rejects:,} rows)")
-    return 0
+        _say(args, f"  {outcome:<10} {n:>12,}")
+    _say(args, f"rejects: {result.rejects_path} ({result.rejects:,} rows)")
+    return {"file": args.file, "counts": result.counts, "rejects_file": str(result.rejects_path),
+            "rejects": result.rejects}  # fmt: skip

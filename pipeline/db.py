@@ -11,13 +11,13 @@ from urllib.parse import urlencode
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from scheduler.db import libpq_url
-from scheduler.sql import parse_queries
+from tickler.scheduler.db import libpq_url
+from tickler.scheduler.sql import parse_queries
 
 
 @cache
 def queries() -> dict[str, str]:
-    source = resources.files("pipeline").joinpath("queries.sql").read_text(encoding="utf-8")
+    source = resources.files("tickler.pipeline").joinpath("queries.sql").read_text(encoding="utf-8")
     return parse_queries(source)
 
 

@@ -2,16 +2,20 @@
 
 Spark reads the file and numbers its rows; rows are spread over partitions by (queue, item_key),
 so the later rows of a key already seen are found without a second pass. Each partition then,
-in one transaction of its own, validates its rows (pipeline.validate), COPYs the good ones into a
-temporary staging table and inserts them with one INSERT ... ON CONFLICT on the open-key index,
-writing their timeline entries in the same statement (pipeline/queries.sql: import_insert,
-import_upsert). Bad rows, later duplicates and refused conflicts go to the rejects file.
+batch by batch (one transaction each), validates its rows (pipeline.validate), COPYs the good ones
+into a temporary staging table and writes them with one statement through tickler_schedule(), the
+SQL function the API schedules through too (pipeline/queries.sql: import_write), which writes their
+timeline entries and wakes dispatchers. Each batch records itself, its counts and its rejects in the import ledger
+(migration 0013) in the same transaction: a batch already recorded is skipped, so a retried task or
+a rerun resumes, and the counts and the rejects file are read from the ledger.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,28 +24,29 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from pyspark import StorageLevel
+from psycopg.types.json import Jsonb
+from pyspark import RDD, StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipeline import db
-from pipeline.spark import PipelineError
-from pipeline.validate import FIELDS, Invalid, check_row
-from scheduler import rules
-from scheduler.db import libpq_url
+from tickler.pipeline import db
+from tickler.pipeline.spark import PipelineError
+from tickler.pipeline.validate import FIELDS, Invalid, check_row
+from tickler.scheduler import rules
+from tickler.scheduler.db import libpq_url
 
-OUTCOMES = ("created", "replaced", "ignored", "rejected", "invalid", "duplicate")
+OUTCOMES = ("created", "replaced", "debounced", "ignored", "rejected", "invalid", "duplicate")
 REJECT_COLUMNS = ("row", "reason", *FIELDS)
 CONFLICT_REASONS = {
     "reject": "conflict: An open event already has this key.",
     "replace": "conflict: The open event with this key is in flight; it cannot be replaced.",
+    "debounce": "conflict: The open event with this key is in flight; it cannot be debounced.",
 }
 # Bits of monotonically_increasing_id() below the partition index.
 _PARTITION_SHIFT = 33
-
-# A record out of a partition: (kind "count" | "reject", outcome, n, row, reason, *FIELDS as text).
-Record = tuple[Any, ...]
+# Rows per transaction: what a crash can lose, and how soon loaded rows become visible.
+DEFAULT_BATCH_ROWS = 10_000
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ def read_input(spark: SparkSession, path: str, fmt: str | None = None) -> DataFr
             spark.read.option("header", "true")
             .option("multiLine", "true")
             .option("escape", '"')
+            # With escape = quote, univocity takes NUL as the escape of that escape and drops every
+            # NUL inside a quoted cell: the rules must see the bytes of the file, NUL included.
+            .option("charToEscapeQuoteEscaping", '"')
             .option("inferSchema", "false")
             .csv(path)
         )
@@ -109,6 +117,31 @@ def _numbered(spark: SparkSession, frame: DataFrame) -> DataFrame:
     return frame.join(F.broadcast(starts), "_part").withColumn("row", F.col("_offset") + position + 1)
 
 
+def fingerprint(
+    path: str,
+    *,
+    principal: str,
+    on_conflict: str,
+    queue: str | None,
+    fmt: str | None,
+    debounce_max_seconds: float | None = None,
+) -> str:
+    """What makes a rerun the same import: the file (path, sizes, modification times) and the options."""
+    options = [
+        principal,
+        on_conflict,
+        queue or "",
+        fmt or "",
+        "" if debounce_max_seconds is None else repr(debounce_max_seconds),
+    ]
+    parts = [path if "://" in path else str(Path(path).resolve()), *options]
+    local = Path(path)
+    if "://" not in path and local.exists():
+        files = [local] if local.is_file() else sorted(f for f in local.rglob("*") if f.is_file())
+        parts += [f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
 def run_import(
     spark: SparkSession,
     url: str,
@@ -116,21 +149,54 @@ def run_import(
     *,
     principal: str,
     on_conflict: str = "reject",
+    debounce_max_seconds: float | None = None,
     queue: str | None = None,
     fmt: str | None = None,
     rejects_path: str | None = None,
     partitions: int | None = None,
     max_data_bytes: int = 256 * 1024,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    crash_after_batches: int | None = None,
 ) -> ImportResult:
-    """Import the file; return counts by outcome and where the rejected rows went."""
-    if on_conflict not in rules.ON_CONFLICT_CHOICES:
-        raise PipelineError(f"--on-conflict must be one of {', '.join(rules.ON_CONFLICT_CHOICES)}")
+    """Import the file; return counts by outcome and where the rejected rows went.
+
+    A rerun of an import that died part-way (same file, same options) resumes it: the batches it
+    committed are skipped. `crash_after_batches` is for tests: partition 0 fails after that many.
+    """
+    if on_conflict not in rules.SCHEDULE_ON_CONFLICT:
+        raise PipelineError(f"--on-conflict must be one of {', '.join(rules.SCHEDULE_ON_CONFLICT)}")
+    if debounce_max_seconds is not None:
+        try:
+            debounce_max_seconds = rules.debounce_max_seconds(debounce_max_seconds)
+        except rules.RuleError as error:
+            raise PipelineError(f"--debounce-max-seconds: {error}") from None
     if not 1 <= len(principal) <= 200:
         raise PipelineError("--principal must be 1-200 characters")
     frame = read_input(spark, path, fmt)
     _check_columns(frame, queue)
+    ledger = {
+        "fingerprint": fingerprint(
+            path,
+            principal=principal,
+            on_conflict=on_conflict,
+            queue=queue,
+            fmt=fmt,
+            debounce_max_seconds=debounce_max_seconds,
+        ),
+        "source": path,
+        "principal": principal,
+        "on_conflict": on_conflict,
+        "debounce_max_seconds": debounce_max_seconds,
+        "partitions": partitions or 2 * spark.sparkContext.defaultParallelism,
+        "batch_rows": batch_rows,
+    }
     with db.connect(url) as conn:
         queues = {str(row[0]) for row in conn.execute(db.q("import_queues")).fetchall()}
+        # a resumed import keeps the cut of the first attempt, so its batches are the same rows
+        started = conn.execute(db.q("import_resume"), ledger).fetchone()
+        started = started or conn.execute(db.q("import_start"), ledger).fetchone()
+        assert started is not None
+        import_id, partitions, batch_rows = started
     given = {c: F.col(c) for c in frame.columns}
     queue_column = F.col("queue") if "queue" in given else F.lit(None).cast("string")
     if queue:
@@ -138,103 +204,154 @@ def run_import(
     frame = frame.select(*[(given.get(f, F.lit(None).cast("string"))).alias(f) for f in FIELDS if f != "queue"],
                          queue_column.alias("queue"))  # fmt: skip
 
-    partitions = partitions or 2 * spark.sparkContext.defaultParallelism
     numbered = _numbered(spark, frame)
     by_key = Window.partitionBy("queue", "item_key")
     keyed = (
         numbered.repartition(partitions, "queue", "item_key")  # the window reuses this partitioning
         .withColumn("first_row", F.min("row").over(by_key))
         .select("row", "first_row", *FIELDS)
+        .sortWithinPartitions("row")  # the same batches on every attempt
     )
     load = partial(
         _load_partition,
         url=libpq_url(url),
         actor=principal,
         on_conflict=on_conflict,
+        debounce_max_seconds=debounce_max_seconds,
         queues=frozenset(queues),
         max_data_bytes=max_data_bytes,
+        import_id=import_id,
+        batch_rows=batch_rows,
+        crash_after=crash_after_batches,
     )
-    records = keyed.rdd.mapPartitions(load).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        found = records.filter(lambda r: r[0] == "count").map(lambda r: (r[1], r[2])).reduceByKey(int.__add__)
-        counts = dict.fromkeys(OUTCOMES, 0) | dict(found.collect())
-        rejected = records.filter(lambda r: r[0] == "reject").sortBy(lambda r: r[3])
-        target = Path(rejects_path or f"{path.rstrip('/')}.rejects.csv")
-        written = _write_rejects(target, rejected.toLocalIterator())
+        _as_json_lines(keyed).mapPartitionsWithIndex(load).count()
     finally:
-        records.unpersist()
         numbered.unpersist()
+    # counts and rejects from the ledger: one per row, whatever tasks Spark ran twice
+    target = Path(rejects_path or f"{path.rstrip('/')}.rejects.csv")
+    with db.connect(url) as conn:
+        totals = conn.execute(db.q("import_totals"), {"import_id": import_id}).fetchone()
+        assert totals is not None
+        counts = {outcome: int(n) for outcome, n in zip(OUTCOMES, totals, strict=True)}
+        written = _write_rejects(target, conn.execute(db.q("import_rejects"), {"import_id": import_id}))
+        conn.execute(db.q("import_finish"), {"import_id": import_id, "counts": Jsonb(counts)})
     return ImportResult(counts=counts, rejects_path=target, rejects=written)
 
 
-def _write_rejects(target: Path, records: Iterable[Record]) -> int:
+def _as_json_lines(frame: DataFrame) -> RDD[str]:
+    """The rows as JSON objects (a null column left out): a text line per row is the cheapest way
+    from the JVM to Python (`.rdd` builds a Row object per row, more than the rules cost)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # toJSON() is to return a DataFrame one day
+        lines = frame.toJSON()
+    assert isinstance(lines, RDD)
+    return lines
+
+
+def _write_rejects(target: Path, records: Iterable[tuple[Any, ...]]) -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with target.open("w", newline="", encoding="utf-8") as out:
         writer = csv.writer(out)
         writer.writerow(REJECT_COLUMNS)
-        for record in records:
-            writer.writerow(["" if v is None else v for v in record[3:]])
+        for row_number, reason, cells in records:
+            writer.writerow([row_number, reason, *("" if v is None else bytes(v).decode() for v in cells)])
             count += 1
     return count
 
 
-def _reject(outcome: str, row: int, reason: str, values: Iterable[Any]) -> Record:
-    return ("reject", outcome, 1, row, reason, *values)
+def _batches(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _load_partition(
-    rows: Iterable[Any], *, url: str, actor: str, on_conflict: str, queues: frozenset[str], max_data_bytes: int
-) -> Iterator[Record]:
-    """Validate a partition's rows and load the good ones in one transaction; yield counts and rejects."""
+    part: int,
+    rows: Iterable[str],
+    *,
+    url: str,
+    import_id: int,
+    batch_rows: int,
+    crash_after: int | None,
+    **rules_: Any,
+) -> Iterator[int]:
+    """Load a partition's rows batch by batch, each batch in its own transaction; yield the batch numbers."""
     now = datetime.now(UTC)
-    rejects: list[Record] = []
-    staged = 0
     with psycopg.connect(url, options="-c TimeZone=UTC", application_name="tickler-import") as conn:
-        conn.execute(db.q("import_staging"))
-        with conn.cursor().copy(db.q("import_copy")) as copy:
-            for row in rows:
-                raw = [row[f] for f in FIELDS]
-                try:
-                    values = check_row(row.asDict(), queues=queues, now=now, max_data_bytes=max_data_bytes)
-                except Invalid as error:
-                    rejects.append(_reject("invalid", row["row"], str(error), raw))
-                    continue
-                if row["row"] != row["first_row"]:
-                    reason = f"duplicate: Row {row['first_row']} has the same queue and item_key."
-                    rejects.append(_reject("duplicate", row["row"], reason, raw))
-                    continue
-                copy.write_row((row["row"], *values))
-                staged += 1
-        results: list[tuple[Any, ...]] = []
-        if staged:
-            conn.execute(db.q("import_analyze"))
-            statement = db.q("import_upsert" if on_conflict == "replace" else "import_insert")
-            results = conn.execute(statement, {"actor": actor}).fetchall()
-        conn.commit()
+        for number, batch in enumerate(_batches(map(json.loads, rows), batch_rows)):
+            with conn.transaction():
+                _load_batch(conn, {"import_id": import_id, "part": part, "batch": number}, batch, now=now, **rules_)
+            if crash_after is not None and part == 0 and number + 1 >= crash_after:
+                raise RuntimeError(f"import: simulated crash after batch {number} of partition {part}")
+            yield number
+
+
+def _load_batch(
+    conn: psycopg.Connection[Any],
+    key: dict[str, int],
+    rows: list[dict[str, Any]],
+    *,
+    now: datetime,
+    actor: str,
+    on_conflict: str,
+    debounce_max_seconds: float | None,
+    queues: frozenset[str],
+    max_data_bytes: int,
+) -> None:
+    """Validate and insert one batch, and record it with its counts and rejects, in the caller's transaction."""
+    if conn.execute(db.q("import_claim_batch"), key).fetchone() is None:
+        return  # an earlier attempt committed this batch
+    rejects: list[tuple[int, str, str, list[Any]]] = []  # (row, outcome, reason, cells)
+    staged = 0
+    conn.execute(db.q("import_staging"))
+    with conn.cursor().copy(db.q("import_copy")) as copy:
+        for row in rows:
+            raw = [row.get(f) for f in FIELDS]
+            try:
+                values = check_row(row, queues=queues, now=now, max_data_bytes=max_data_bytes)
+            except Invalid as error:
+                rejects.append((row["row"], "invalid", str(error), raw))
+                continue
+            if row["row"] != row["first_row"]:
+                reason = f"duplicate: Row {row['first_row']} has the same queue and item_key."
+                rejects.append((row["row"], "duplicate", reason, raw))
+                continue
+            copy.write_row((row["row"], *values))
+            staged += 1
     counts = dict.fromkeys(OUTCOMES, 0)
-    for record in rejects:
-        counts[record[1]] += 1
-        yield record
-    for outcome, n, row_number, *staged_values in results:
-        if outcome in ("created", "replaced"):
-            counts[outcome] += n
-        if outcome != "conflict" or row_number is None:
-            continue  # a conflict's summary line: its rows follow one by one
-        if on_conflict == "ignore":
-            counts["ignored"] += 1
-            continue
-        counts["rejected"] += 1
-        queue_, item_key, group_key, schedule_on, delay, data, max_attempts = staged_values
-        yield _reject(
-            "rejected",
-            row_number,
-            CONFLICT_REASONS[on_conflict],
-            (queue_, item_key, group_key, rules.format_timestamp(schedule_on), delay, _json(data), max_attempts),
-        )
-    for outcome, n in counts.items():
-        if n:
-            yield ("count", outcome, n, None, None, *([None] * len(FIELDS)))
+    if staged:
+        conn.execute(db.q("import_analyze"))
+        params = {"actor": actor, "on_conflict": on_conflict, "debounce_max_seconds": debounce_max_seconds}
+        written = conn.execute(db.q("import_write"), params).fetchall()
+        for outcome, n, row_number, *staged_values in written:
+            if outcome in ("created", "replaced", "debounced"):
+                counts[outcome] += n
+            if outcome != "conflict" or row_number is None:
+                continue  # a conflict's summary line: its rows follow one by one
+            if on_conflict == "ignore":
+                counts["ignored"] += 1
+                continue
+            queue_, item_key, group_key, schedule_on, delay, data, max_attempts = staged_values
+            cells = [queue_, item_key, group_key, rules.format_timestamp(schedule_on), delay, _json(data), max_attempts]
+            rejects.append((row_number, "rejected", CONFLICT_REASONS[on_conflict], cells))
+    if rejects:
+        with conn.cursor().copy(db.q("import_copy_rejects")) as copy:
+            copy.set_types(["int8", "int8", "text", "text", "bytea[]"])
+            for row_number, outcome, reason, cells in rejects:
+                counts[outcome] += 1
+                copy.write_row((key["import_id"], row_number, outcome, reason, [_cell(c) for c in cells]))
+    conn.execute(db.q("import_batch_counts"), {**key, **counts})
+
+
+def _cell(value: Any) -> bytes | None:
+    return None if value is None else str(value).encode()
 
 
 def _json(value: Any) -> str | None:

@@ -50,6 +50,11 @@ SELECT min(id), max(id) FROM tickler_timeline
 -- (in the same snapshot, so a row is either here or in the live tables, never both or neither).
 SELECT id, location, state FROM tickler_archive_run WHERE state = 'deleted' ORDER BY id
 
+-- name: archive_runs_at
+-- The archived runs at one location, with what their files must hold (compaction checks them).
+SELECT id, event_count, event_id_sum, timeline_count, timeline_id_sum
+FROM tickler_archive_run WHERE state = 'deleted' AND location = %(location)s ORDER BY id
+
 -- name: archive_lock
 -- One archive job at a time (a session advisory lock on hashtext('tickler.archive')).
 SELECT pg_try_advisory_lock(hashtext('tickler.archive'))
@@ -165,105 +170,72 @@ FROM STDIN
 -- Statistics for the staged rows, so that the insert plans with their real number.
 ANALYZE tickler_import_staging
 
--- name: import_insert
--- Insert the staged rows; keys with an open event are left alone (on_conflict reject or ignore).
--- Like the API's schedule_events: timeline entries in the same statement, wake-up hints honoured.
-WITH clock AS (SELECT now() AS now),
-inserted AS (
-    INSERT INTO tickler_event AS e
-        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts)
-    SELECT s.queue, s.item_key, s.group_key,
-           coalesce(s.schedule_on, clock.now + make_interval(secs => coalesce(s.delay_seconds, 0))),
-           s.data, clock.now, %(actor)s, coalesce(s.max_attempts, qu.max_attempts)
-    FROM tickler_import_staging AS s
-    JOIN tickler_queue AS qu ON qu.name = s.queue
-    CROSS JOIN clock
-    ORDER BY s.ord
-    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO NOTHING
-    RETURNING e.id, e.queue, e.item_key, e.group_key, e.schedule_on, e.enqueued_on, e.enqueued_by, e.max_attempts
-),
-logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT queue, item_key, id, enqueued_on, 'enqueued', enqueued_by, schedule_on,
-           jsonb_strip_nulls(jsonb_build_object('group_key', group_key, 'max_attempts', max_attempts))
-    FROM inserted
-),
-hint AS (
-    -- FOR KEY SHARE always (not only when notifying): see tickler_queue.next_wake
-    SELECT qu.name, qu.next_wake FROM tickler_queue AS qu
-    WHERE qu.name IN (SELECT DISTINCT queue FROM tickler_import_staging)
-    FOR KEY SHARE
-),
-wake AS (
-    SELECT pg_notify('tickler_wake', h.name) FROM hint AS h
-    WHERE h.next_wake > (SELECT min(n.schedule_on) FROM inserted AS n WHERE n.queue = h.name)
-),
-results AS (
-    SELECT s.ord, s.queue, s.item_key, CASE WHEN n.id IS NULL THEN 'conflict' ELSE 'created' END AS outcome
-    FROM tickler_import_staging AS s
-    LEFT JOIN inserted AS n ON n.queue = s.queue AND n.item_key = s.item_key
+-- name: import_write
+-- Write the staged rows through tickler_schedule() (migration 0008), the one path that writes
+-- events for the API too: one call per queue of the batch, with its rows as a JSON array.
+-- Keys with an open event are left alone (reject, ignore), or replaced or debounced (capped by
+-- debounce_max_seconds, as the API's) unless leased (replace, debounce).
+-- Returns counts by outcome, then each conflicting row as staged (for the rejects).
+WITH written AS (
+    SELECT r.ord, CASE WHEN r.outcome IN ('conflict', 'in_flight') THEN 'conflict' ELSE r.outcome END AS outcome
+    FROM (SELECT DISTINCT queue FROM tickler_import_staging) AS qn
+    CROSS JOIN LATERAL tickler_schedule(
+        qn.queue,
+        (SELECT jsonb_agg(jsonb_build_object(
+                    'ord', s.ord, 'item_key', s.item_key, 'group_key', s.group_key, 'schedule_on', s.schedule_on,
+                    'delay_seconds', s.delay_seconds, 'data', s.data, 'max_attempts', s.max_attempts)
+                ORDER BY s.ord)
+         FROM tickler_import_staging AS s WHERE s.queue = qn.queue),
+        %(actor)s, %(on_conflict)s, p_debounce_max_seconds => %(debounce_max_seconds)s) AS r
 )
-SELECT r.outcome, count(*) AS n, NULL AS ord, NULL AS queue, NULL AS item_key, NULL AS group_key,
+SELECT w.outcome, count(*) AS n, NULL AS ord, NULL AS queue, NULL AS item_key, NULL AS group_key,
        NULL AS schedule_on, NULL AS delay_seconds, NULL AS data, NULL AS max_attempts
-FROM results AS r CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w
-GROUP BY r.outcome
+FROM written AS w
+GROUP BY w.outcome
 UNION ALL
 SELECT 'conflict', NULL, s.ord, s.queue, s.item_key, s.group_key, s.schedule_on, s.delay_seconds, s.data,
        s.max_attempts
-FROM results AS r JOIN tickler_import_staging AS s ON s.ord = r.ord
-WHERE r.outcome = 'conflict'
+FROM written AS w JOIN tickler_import_staging AS s ON s.ord = w.ord
+WHERE w.outcome = 'conflict'
 
--- name: import_upsert
--- Insert the staged rows, replacing open events with the same key unless they are under a lease
--- (on_conflict replace). Like the API's schedule_events_replacing.
-WITH clock AS (SELECT now() AS now),
-upserted AS (
-    INSERT INTO tickler_event AS e
-        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts)
-    SELECT s.queue, s.item_key, s.group_key,
-           coalesce(s.schedule_on, clock.now + make_interval(secs => coalesce(s.delay_seconds, 0))),
-           s.data, clock.now, %(actor)s, coalesce(s.max_attempts, qu.max_attempts)
-    FROM tickler_import_staging AS s
-    JOIN tickler_queue AS qu ON qu.name = s.queue
-    CROSS JOIN clock
-    ORDER BY s.ord
-    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO UPDATE
-        SET group_key = excluded.group_key,
-            schedule_on = excluded.schedule_on,
-            data = excluded.data,
-            max_attempts = excluded.max_attempts,
-            version = e.version + 1
-        WHERE e.lease_id IS NULL
-    RETURNING e.id, e.queue, e.item_key, e.group_key, e.schedule_on, e.max_attempts, (e.xmax <> 0) AS replaced
-),
-logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT u.queue, u.item_key, u.id, clock.now,
-           CASE WHEN u.replaced THEN 'replaced' ELSE 'enqueued' END, %(actor)s, u.schedule_on,
-           jsonb_strip_nulls(jsonb_build_object('group_key', u.group_key, 'max_attempts', u.max_attempts))
-    FROM upserted AS u CROSS JOIN clock
-),
-hint AS (
-    SELECT qu.name, qu.next_wake FROM tickler_queue AS qu
-    WHERE qu.name IN (SELECT DISTINCT queue FROM tickler_import_staging)
-    FOR KEY SHARE
-),
-wake AS (
-    SELECT pg_notify('tickler_wake', h.name) FROM hint AS h
-    WHERE h.next_wake > (SELECT min(u.schedule_on) FROM upserted AS u WHERE u.queue = h.name)
-),
-results AS (
-    SELECT s.ord, s.queue, s.item_key,
-           CASE WHEN u.id IS NULL THEN 'conflict' WHEN u.replaced THEN 'replaced' ELSE 'created' END AS outcome
-    FROM tickler_import_staging AS s
-    LEFT JOIN upserted AS u ON u.queue = s.queue AND u.item_key = s.item_key
-)
-SELECT r.outcome, count(*) AS n, NULL AS ord, NULL AS queue, NULL AS item_key, NULL AS group_key,
-       NULL AS schedule_on, NULL AS delay_seconds, NULL AS data, NULL AS max_attempts
-FROM results AS r CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w
-GROUP BY r.outcome
-UNION ALL
-SELECT 'conflict', NULL, s.ord, s.queue, s.item_key, s.group_key, s.schedule_on, s.delay_seconds, s.data,
-       s.max_attempts
-FROM results AS r JOIN tickler_import_staging AS s ON s.ord = r.ord
-WHERE r.outcome = 'conflict'
+-- name: import_resume
+-- The unfinished import with this fingerprint (a rerun resumes it), if any.
+SELECT id, partitions, batch_rows FROM tickler_import WHERE fingerprint = %(fingerprint)s AND finished_on IS NULL
+
+-- name: import_start
+-- A new import (the unique index allows one unfinished per fingerprint).
+INSERT INTO tickler_import (fingerprint, source, principal, on_conflict, debounce_max_seconds, partitions, batch_rows)
+VALUES (%(fingerprint)s, %(source)s, %(principal)s, %(on_conflict)s, %(debounce_max_seconds)s, %(partitions)s,
+        %(batch_rows)s)
+RETURNING id, partitions, batch_rows
+
+-- name: import_claim_batch
+-- First statement of a batch's transaction: a row means "do it"; none means an earlier attempt
+-- committed it (a concurrent attempt waits here on the primary key until the other one ends).
+INSERT INTO tickler_import_batch (import_id, part, batch) VALUES (%(import_id)s, %(part)s, %(batch)s)
+ON CONFLICT DO NOTHING
+RETURNING batch
+
+-- name: import_batch_counts
+UPDATE tickler_import_batch
+SET created = %(created)s, replaced = %(replaced)s, debounced = %(debounced)s, ignored = %(ignored)s,
+    rejected = %(rejected)s, invalid = %(invalid)s, duplicate = %(duplicate)s
+WHERE import_id = %(import_id)s AND part = %(part)s AND batch = %(batch)s
+
+-- name: import_copy_rejects
+COPY tickler_import_reject (import_id, row_number, outcome, reason, cells) FROM STDIN
+
+-- name: import_totals
+SELECT coalesce(sum(created), 0) AS created, coalesce(sum(replaced), 0) AS replaced,
+       coalesce(sum(debounced), 0) AS debounced, coalesce(sum(ignored), 0) AS ignored, coalesce(sum(rejected), 0) AS rejected,
+       coalesce(sum(invalid), 0) AS invalid, coalesce(sum(duplicate), 0) AS duplicate
+FROM tickler_import_batch WHERE import_id = %(import_id)s
+
+-- name: import_rejects
+SELECT row_number, reason, cells FROM tickler_import_reject WHERE import_id = %(import_id)s ORDER BY row_number
+
+-- name: import_finish
+-- The import is done: keep its counts, drop its per-batch rows.
+WITH gone AS (DELETE FROM tickler_import_batch WHERE import_id = %(import_id)s),
+     rejects AS (DELETE FROM tickler_import_reject WHERE import_id = %(import_id)s)
+UPDATE tickler_import SET finished_on = now(), counts = %(counts)s WHERE id = %(import_id)s

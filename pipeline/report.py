@@ -9,8 +9,9 @@ Definitions (also in docs/pipeline.md):
   tickler follows a `lease_expired` and is not another attempt); failure rate = failed attempts /
   (failed attempts + deliveries);
 - attempts of a delivered event = redeliver_count + 1;
-- percentiles are nearest-rank (Spark's percentile_approx at accuracy 10,000: exact up to 10,000
-  values per group, within 0.01% of the rank beyond).
+- percentiles are exact and nearest-rank: the smallest value whose cumulative share reaches p,
+  as PostgreSQL's percentile_disc (Spark's percentile_disc, which counts every distinct value:
+  the same data gives the same figures on every run, whatever the partitioning).
 """
 
 from __future__ import annotations
@@ -26,16 +27,17 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipeline import layout
-from pipeline.source import EVENTS, TIMELINE, Source
+from tickler.pipeline import layout
+from tickler.pipeline.source import EVENTS, TIMELINE, Source
+from tickler.scheduler.states import Action
 
-CLIENT_SCHEDULE_ACTIONS = ("enqueued", "replaced", "rescheduled")
+# The entries that set the time the client asked for (a debounce sets it too, capped).
+CLIENT_SCHEDULE_ACTIONS = (Action.ENQUEUED, Action.REPLACED, Action.DEBOUNCED, Action.RESCHEDULED)
 COUNTED_ACTIONS = (
-    "enqueued", "replaced", "rescheduled", "updated", "cancelled",
-    "claimed", "delivered", "failed", "lease_expired", "released", "dead",
+    Action.ENQUEUED, Action.REPLACED, Action.RESCHEDULED, Action.UPDATED, Action.CANCELLED,
+    Action.CLAIMED, Action.DELIVERED, Action.FAILED, Action.LEASE_EXPIRED, Action.RELEASED, Action.DEAD,
 )  # fmt: skip
 PERCENTILES = (0.5, 0.95, 0.99)
-PERCENTILE_ACCURACY = 10_000
 # Lateness histogram buckets: (label, upper bound in seconds, exclusive); None: no bound.
 LATENESS_BUCKETS: tuple[tuple[str, float | None], ...] = (
     ("early", 0.0),
@@ -50,10 +52,10 @@ LATENESS_BUCKETS: tuple[tuple[str, float | None], ...] = (
     ("6-24 h", 86400.0),
     (">= 1 day", None),
 )
-TABLES = ("daily", "summary", "lateness_histogram", "top_failures")
+TABLES = ("daily", "summary", "lateness_histogram", "top_failures", "hourly", "attempts_histogram", "dead_reasons")
 
 _EVENT_COLUMNS = ["id", "queue", "group_key", "enqueued_on", "enqueued_by", "redeliver_count"]
-_TIMELINE_COLUMNS = ["id", "queue", "event_id", "at", "action", "actor", "schedule_on"]
+_TIMELINE_COLUMNS = ["id", "queue", "event_id", "at", "action", "actor", "schedule_on", "details"]
 
 
 @dataclass(frozen=True)
@@ -92,12 +94,38 @@ def load_history(spark: SparkSession, source: Source) -> tuple[DataFrame, DataFr
         events = events.unionByName(archived_events.select(*_EVENT_COLUMNS))
     if archived_timeline is not None:
         timeline = timeline.unionByName(archived_timeline.select(*_TIMELINE_COLUMNS))
-    return events, timeline
+    return events, with_claims(timeline)
 
 
-def _percentiles(column: Column, prefix: str) -> list[Column]:
-    values = F.percentile_approx(column, list(PERCENTILES), PERCENTILE_ACCURACY)
-    return [values[i].alias(f"{prefix}_p{round(p * 100)}_s") for i, p in enumerate(PERCENTILES)]
+def with_claims(timeline: DataFrame) -> DataFrame:
+    """The timeline with the `claimed` entries that rows ending a lease carry in details.claim
+    (migration 0016: one row per attempt) as entries of their own, as tickler_timeline_entry
+    shows them; rows written before, with their own `claimed` row, pass through as they are."""
+    claim = F.get_json_object("details", "$.claim")
+    claims = timeline.where(claim.isNotNull()).select(
+        "id",
+        "queue",
+        "event_id",
+        F.expr(
+            "at - make_interval(0, 0, 0, 0, 0, 0, CAST(get_json_object(details, '$.claim.ago') AS decimal(18, 6)))"
+        ).alias("at"),
+        F.lit(str(Action.CLAIMED)).alias("action"),
+        F.coalesce(F.get_json_object("details", "$.claim.by"), F.col("actor")).alias("actor"),
+        F.coalesce(F.to_timestamp(F.get_json_object("details", "$.claim.schedule_on")), F.col("schedule_on")).alias(
+            "schedule_on"
+        ),
+        claim.alias("details"),
+    )
+    return timeline.unionByName(claims)
+
+
+def _percentiles(column: str, prefix: str) -> list[Column]:
+    # exact, not percentile_approx: its sketch depends on how rows meet across partitions, so
+    # two runs over the same data disagreed, and its p99 was off by a second on a long tail
+    return [
+        F.expr(f"percentile_disc({p}) WITHIN GROUP (ORDER BY {column})").alias(f"{prefix}_p{round(p * 100)}_s")
+        for p in PERCENTILES
+    ]
 
 
 def _seconds_between(later: Column, earlier: Column) -> Column:
@@ -105,8 +133,8 @@ def _seconds_between(later: Column, earlier: Column) -> Column:
 
 
 def _failed_attempt(timeline: DataFrame) -> Column:
-    return timeline.action.isin("failed", "lease_expired") | (
-        (timeline.action == "dead") & (timeline.actor != "tickler")
+    return timeline.action.isin(Action.FAILED, Action.LEASE_EXPIRED) | (
+        (timeline.action == Action.DEAD) & (timeline.actor != "tickler")
     )
 
 
@@ -118,7 +146,7 @@ def deliveries(events: DataFrame, timeline: DataFrame, period: Period) -> DataFr
         .agg(F.max_by("schedule_on", "id").alias("asked_on"))
     )
     delivered = timeline.where(
-        (timeline.action == "delivered") & (timeline.at >= F.lit(period.start)) & (timeline.at < F.lit(period.end))
+        (timeline.action == Action.DELIVERED) & (timeline.at >= F.lit(period.start)) & (timeline.at < F.lit(period.end))
     ).select("event_id", "queue", F.col("at").alias("delivered_at"))
     joined = delivered.join(asked, "event_id", "left").join(
         events.select(F.col("id").alias("event_id"), "enqueued_on", "redeliver_count"), "event_id", "left"
@@ -134,17 +162,17 @@ def deliveries(events: DataFrame, timeline: DataFrame, period: Period) -> DataFr
 
 def _delivery_stats(frame: DataFrame) -> DataFrame:
     return frame.rollup("queue", "day").agg(
-        *_percentiles(F.col("lateness_s"), "lateness"),
+        *_percentiles("lateness_s", "lateness"),
         F.avg("lateness_s").alias("lateness_avg_s"),
         F.avg("attempts").alias("attempts_avg"),
         F.max("attempts").alias("attempts_max"),
         F.avg(F.when(F.col("attempts") > 1, 1.0).otherwise(0.0)).alias("redelivered_share"),
-        *_percentiles(F.col("enqueue_to_delivery_s"), "enqueue_to_delivery"),
+        *_percentiles("enqueue_to_delivery_s", "enqueue_to_delivery"),
     )
 
 
 def _action_counts(entries: DataFrame) -> DataFrame:
-    counts = [F.count_if(entries.action == action).alias(action) for action in COUNTED_ACTIONS]
+    counts = [F.count_if(entries.action == action).alias(str(action)) for action in COUNTED_ACTIONS]
     failed = F.count_if(_failed_attempt(entries)).alias("failed_attempts")
     return entries.rollup("queue", "day").agg(*counts, failed)
 
@@ -205,6 +233,31 @@ def _top_failures(events: DataFrame, in_period: DataFrame, top: int) -> DataFram
     return ranked.where(F.col("_rank") <= top).drop("_rank")
 
 
+def _hourly(in_period: DataFrame) -> DataFrame:
+    """Per queue and hour of the day (UTC), over the whole period: deliveries and enqueues."""
+    return (
+        in_period.where(in_period.action.isin(Action.DELIVERED, Action.ENQUEUED))
+        .groupBy("queue", F.hour("at").alias("hour"))
+        .agg(F.count_if(F.col("action") == Action.DELIVERED).alias("delivered"),
+             F.count_if(F.col("action") == Action.ENQUEUED).alias("enqueued"))
+    )  # fmt: skip
+
+
+def _attempts_histogram(delivered: DataFrame) -> DataFrame:
+    """Per queue: how many delivered events needed 1, 2, 3... attempts."""
+    return delivered.groupBy("queue", "attempts").agg(F.count("*").alias("deliveries"))
+
+
+def _dead_reasons(in_period: DataFrame) -> DataFrame:
+    """Per queue: dead events by the reason their `dead` entry gives."""
+    reason = F.coalesce(F.get_json_object("details", "$.reason"), F.lit("unknown"))
+    return (
+        in_period.where(in_period.action == Action.DEAD)
+        .groupBy("queue", reason.alias("reason"))
+        .agg(F.count("*").alias("dead"))
+    )
+
+
 def compute(events: DataFrame, timeline: DataFrame, period: Period, top: int = 10) -> dict[str, DataFrame]:
     """The report's tables (DataFrames, not yet computed; unordered).
 
@@ -221,6 +274,9 @@ def compute(events: DataFrame, timeline: DataFrame, period: Period, top: int = 1
         "queues": queues,
         "lateness_histogram": _histogram(delivered),
         "top_failures": _top_failures(events, in_period, top),
+        "hourly": _hourly(in_period),
+        "attempts_histogram": _attempts_histogram(delivered),
+        "dead_reasons": _dead_reasons(in_period),
     }
 
 
@@ -231,16 +287,30 @@ _ORDER = {
     "summary": lambda r: r["queue"],
     "lateness_histogram": lambda r: (r["queue"], r["bucket"]),
     "top_failures": lambda r: (r["kind"] != "group", -r["failures"], r["queue"] or "", r["name"] or ""),
+    "hourly": lambda r: (r["queue"], r["hour"]),
+    "attempts_histogram": lambda r: (r["queue"], r["attempts"] or 0),
+    "dead_reasons": lambda r: (r["queue"], -r["dead"], r["reason"]),
 }
 
 
-def _write(spark: SparkSession, rows: list[Row], schema: StructType, path: Path) -> None:
-    spark.createDataFrame(rows, schema).coalesce(1).write.mode("overwrite").parquet(str(path))
+def _write(spark: SparkSession, rows: list[Row], schema: StructType, path: Path, period: Period) -> None:
+    """Write a table partitioned by `day` (daily) or by `period` (the others), overwriting only the
+    partitions this run has rows for: history builds up run after run, a rerun replaces its own."""
+    frame = spark.createDataFrame(rows, schema)
+    if "day" not in schema.fieldNames():
+        frame = frame.withColumn("period", F.lit(f"{period.since.isoformat()}_{period.until.isoformat()}"))
+    (
+        frame.coalesce(1)
+        .write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy("day" if "day" in schema.fieldNames() else "period")
+        .parquet(str(path))
+    )
 
 
 def run_report(spark: SparkSession, source: Source, out_dir: Path, period: Period, *, top: int = 10) -> ReportResult:
     """Compute the report, write each table as Parquet under `out_dir` and the HTML beside them."""
-    from pipeline.report_html import render
+    from tickler.pipeline.report_html import render
 
     events, timeline = load_history(spark, source)
     # Nothing after the period matters (these filters reach PostgreSQL through JDBC), and every
@@ -263,7 +333,7 @@ def run_report(spark: SparkSession, source: Source, out_dir: Path, period: Perio
     tables: dict[str, list[dict[str, Any]]] = {}
     with ThreadPoolExecutor(max_workers=4) as pool:
         # written from the driver's copy of the rows rather than computed again
-        writes = [pool.submit(_write, spark, *found[name], out_dir / name) for name in TABLES]
+        writes = [pool.submit(_write, spark, *found[name], out_dir / name, period) for name in TABLES]
         for name in TABLES:
             tables[name] = sorted((row.asDict() for row in found[name][0]), key=_ORDER[name])
         for write in writes:

@@ -2,162 +2,41 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import date, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from pipeline.report import LATENESS_BUCKETS
+from tickler.pipeline.report import LATENESS_BUCKETS
+from tickler.pipeline.report_charts import (
+    LEFT,
+    OUTCOME_COLORS,
+    SERIES_COLORS,
+    lines,
+    number,
+    percent,
+    seconds,
+    stacked_bars,
+)
+
+__all__ = ["percent", "render", "seconds"]
 
 if TYPE_CHECKING:
-    from pipeline.report import Period
+    from tickler.pipeline.report import Period
 
-OUTCOME_COLORS = {"delivered": "#2e7d32", "cancelled": "#9e9e9e", "dead": "#c62828"}
-ENQUEUED_COLOR = "#1565c0"
-SERIES_COLORS = ("#1565c0", "#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#558b2f", "#4e342e", "#37474f")
-WIDTH, HEIGHT = 760, 260
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 48
+MAX_ATTEMPTS_SHOWN = 10  # the attempts chart puts 10 and more in one bar
 
 
-def seconds(value: float | None) -> str:
-    """A duration for people: 850 ms, 12.3 s, 4.2 min, 1.5 h, 2.1 d."""
-    if value is None:
-        return "-"
-    sign, value = ("-" if value < 0 else ""), abs(value)
-    if value < 1:
-        return f"{sign}{value * 1000:.0f} ms"
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
-        if value >= size:
-            return f"{sign}{value / size:.1f} {unit}"
-    return f"{sign}{value:.1f} s"
-
-
-def percent(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f} %"
-
-
-def number(value: float | int | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
-
-
-def tick(value: float) -> str:
-    """An axis label: 2.5, 10, 1,500."""
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
-
-
-def _nice_max(value: float) -> float:
-    """A round axis maximum at or above `value`."""
-    if value <= 0:
-        return 1.0
-    magnitude = 10 ** math.floor(math.log10(value))
-    return float(next(step * magnitude for step in (1, 2, 2.5, 5, 10) if step * magnitude >= value * (1 - 1e-9)))
-
-
-def _frame(y_max: float, y_label: Any, x_labels: Sequence[str], title: str) -> list[str]:
-    """The SVG start, y grid lines with labels and x labels (thinned to fit)."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    parts = [
-        f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" role="img" aria-label="{escape(title)}" '
-        'xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif" font-size="11">'
-    ]
-    for i in range(5):
-        value = y_max * i / 4
-        y = TOP + plot_h - plot_h * i / 4
-        parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e0e0e0"/>')
-        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#555">{y_label(value)}</text>')
-    n = max(1, len(x_labels))
-    every = max(1, -(-n * 64 // plot_w))  # at most one label per 64 px
-    for i, label in enumerate(x_labels):
-        if i % every:
-            continue
-        x = LEFT + plot_w * (i + 0.5) / n
-        parts.append(
-            f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" fill="#555">{escape(label)}</text>'
-        )
-    return parts
-
-
-def _legend(items: Sequence[tuple[str, str]]) -> str:
-    spans = "".join(
-        f'<span class="key"><i style="background:{color}"></i>{escape(label)}</span>' for label, color in items
-    )
-    return f'<div class="legend">{spans}</div>'
-
-
-def stacked_bars(
-    x_labels: Sequence[str],
-    series: dict[str, list[float]],
-    line: tuple[str, list[float]] | None,
-    colors: dict[str, str],
-    title: str,
-) -> str:
-    """Bars stacked per x (one per series), with an optional line on the same axis."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    totals = [sum(values[i] for values in series.values()) for i in range(len(x_labels))]
-    peak = max([*totals, *(line[1] if line else [])], default=0)
-    y_max = _nice_max(peak)
-    parts = _frame(y_max, tick, x_labels, title)
-    n = max(1, len(x_labels))
-    bar_w = plot_w / n * 0.7
-    for i in range(len(x_labels)):
-        base = 0.0
-        x = LEFT + plot_w * (i + 0.5) / n - bar_w / 2
-        for name, values in series.items():
-            value = values[i]
-            if value <= 0:
-                continue
-            h = plot_h * value / y_max
-            y = TOP + plot_h - plot_h * base / y_max - h
-            parts.append(
-                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" fill="{colors[name]}">'
-                f"<title>{escape(x_labels[i])} {escape(name)}: {number(value)}</title></rect>"
-            )
-            base += value
-    if line is not None:
-        name, values = line
-        points = " ".join(
-            f"{LEFT + plot_w * (i + 0.5) / n:.1f},{TOP + plot_h - plot_h * v / y_max:.1f}" for i, v in enumerate(values)
-        )
-        parts.append(f'<polyline points="{points}" fill="none" stroke="{ENQUEUED_COLOR}" stroke-width="2"/>')
-    parts.append("</svg>")
-    legend = [(name, colors[name]) for name in series]
-    if line is not None:
-        legend.append((line[0], ENQUEUED_COLOR))
-    return "".join(parts) + _legend(legend)
-
-
-def lines(
-    x_labels: Sequence[str], series: dict[str, list[float | None]], y_label: Any, title: str, y_floor: float = 0.0
-) -> str:
-    """One line per series (None: no point that day)."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    peak = max((v for values in series.values() for v in values if v is not None), default=0.0)
-    y_max = _nice_max(max(peak, y_floor))
-    parts = _frame(y_max, y_label, x_labels, title)
-    n = max(1, len(x_labels))
-    legend = []
-    for index, (name, values) in enumerate(series.items()):
-        color = SERIES_COLORS[index % len(SERIES_COLORS)]
-        legend.append((name, color))
-        points = [
-            (LEFT + plot_w * (i + 0.5) / n, TOP + plot_h - plot_h * v / y_max, v)
-            for i, v in enumerate(values)
-            if v is not None
-        ]
-        if len(points) > 1:
-            path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points)
-            parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
-        for x, y, v in points:
-            parts.append(
-                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"><title>{escape(name)}: '
-                f"{y_label(v)}</title></circle>"
-            )
-    parts.append("</svg>")
-    return "".join(parts) + _legend(legend)
+def _lateness_shares(
+    histogram: Sequence[dict[str, Any]], buckets: Sequence[tuple[str, int]]
+) -> dict[str, list[float | None]]:
+    """Per queue (the five with most deliveries): the share of its deliveries in each shown bucket."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for row in histogram:
+        counts[row["queue"]][row["label"]] += row["deliveries"]
+    totals = {q: float(sum(c.values())) for q, c in counts.items()}
+    return {q: [counts[q][label] / totals[q] for label, _ in buckets] for q in _top(totals)}
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int = 1) -> str:
@@ -171,6 +50,30 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: 
     if not rows:
         body = f'<tr><td colspan="{len(headers)}" class="empty">nothing in this period</td></tr>'
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _top(totals: dict[str, float], limit: int = 5) -> list[str]:
+    """The queues with the largest totals, largest first; queues with nothing are left out."""
+    return sorted((q for q, n in totals.items() if n > 0), key=lambda q: (-totals[q], q))[:limit]
+
+
+def _stacked_by_queue(
+    rows: Sequence[dict[str, Any]], x_of: Any, value: str, xs: Sequence[Any]
+) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Series per queue (the five largest, then "other queues") over `xs`, and their colors."""
+    totals: dict[str, float] = defaultdict(float)
+    for row in rows:
+        totals[row["queue"]] += row[value] or 0
+    shown = _top(totals)
+    position = {x: i for i, x in enumerate(xs)}
+    series: dict[str, list[float]] = {q: [0.0] * len(xs) for q in [*shown, "other queues"]}
+    for row in rows:
+        i = position.get(x_of(row))
+        if i is not None and row[value]:
+            series[row["queue"] if row["queue"] in shown else "other queues"][i] += row[value]
+    colors = {q: SERIES_COLORS[1 + n % (len(SERIES_COLORS) - 1)] for n, q in enumerate(shown)}
+    colors["other queues"] = "#bdbdbd"
+    return series, colors
 
 
 def _days(period: Period) -> list[date]:
@@ -213,7 +116,7 @@ def render(tables: dict[str, list[dict[str, Any]]], period: Period, *, generated
         for key in (row["queue"], "all queues"):
             failed[key][i] += row["failed_attempts"]
             tried[key][i] += row["failed_attempts"] + row["delivered"]
-    shown = ["all queues", *sorted(per_queue_volume, key=lambda q: -per_queue_volume[q])[:5]]
+    shown = ["all queues", *_top(per_queue_volume)]
     rates = {
         name: [failed[name][i] / tried[name][i] if tried[name][i] else None for i in range(len(days))]
         for name in shown
@@ -276,6 +179,37 @@ def render(tables: dict[str, list[dict[str, Any]]], period: Period, *, generated
         {"delivered": OUTCOME_COLORS["delivered"]}, "lateness distribution",
     )  # fmt: skip
     rate_chart = lines(labels, rates, percent, "failure rate per day", y_floor=0.05)
+    hours = list(range(24))
+    hourly_series, hourly_colors = _stacked_by_queue(tables["hourly"], lambda r: r["hour"], "delivered", hours)
+    enqueued_by_hour = [float(sum(r["enqueued"] for r in tables["hourly"] if r["hour"] == h)) for h in hours]
+    hour_labels = [f"{h:02d}:00" for h in hours]
+    hourly_chart = stacked_bars(
+        hour_labels, hourly_series, ("enqueued", enqueued_by_hour), hourly_colors, "throughput by hour"
+    )
+    lateness_queue_chart = lines(
+        [b[0] for b in buckets], _lateness_shares(tables["lateness_histogram"], buckets), percent,
+        "lateness per queue", y_floor=0.1,
+    )  # fmt: skip
+    attempts_rows = [{**r, "attempts": min(int(r["attempts"] or 1), MAX_ATTEMPTS_SHOWN)}
+                     for r in tables["attempts_histogram"]]  # fmt: skip
+    most = max((r["attempts"] for r in attempts_rows), default=1)
+    attempt_xs = list(range(1, most + 1))
+    attempts_series, attempts_colors = _stacked_by_queue(
+        attempts_rows, lambda r: r["attempts"], "deliveries", attempt_xs
+    )
+    attempts_chart = stacked_bars(
+        [f"{n}+" if n == MAX_ATTEMPTS_SHOWN else str(n) for n in attempt_xs], attempts_series, None, attempts_colors,
+        "attempts per delivered event",
+    )  # fmt: skip
+    dead_total: dict[str, int] = defaultdict(int)
+    for r in tables["dead_reasons"]:
+        dead_total[r["queue"]] += r["dead"]
+    dead_table = _table(
+        ["queue", "reason", "dead events", "share of the queue's dead"],
+        [[r["queue"], r["reason"], number(r["dead"]), percent(r["dead"] / dead_total[r["queue"]])]
+         for r in tables["dead_reasons"]],
+        numeric_from=2,
+    )  # fmt: skip
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
 <style>
@@ -288,11 +222,13 @@ h1 {{ font-size: 22px; margin-bottom: 4px; }} h2 {{ font-size: 17px; margin-top:
 .card .value {{ font-size: 26px; font-weight: 600; }} .card .note {{ color: #888; font-size: 12px; }}
 .legend {{ font-size: 12px; color: #444; margin: 4px 0 0 {LEFT}px; }}
 .key {{ margin-right: 16px; }} .key i {{ display: inline-block; width: 10px; height: 10px; margin-right: 4px; }}
-table {{ border-collapse: collapse; font-size: 13px; width: 100%; }}
-th, td {{ padding: 4px 8px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }}
+table {{ border-collapse: collapse; font-size: 12px; width: 100%; }}
+th, td {{ padding: 4px 5px; border-bottom: 1px solid #eee; text-align: left; }}
+td.num {{ white-space: nowrap; }} th {{ vertical-align: bottom; }}
+td:first-child {{ overflow-wrap: anywhere; min-width: 7em; }}
 th {{ background: #fafafa; font-weight: 600; }} td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 td.empty {{ color: #888; font-style: italic; }} .grid {{ display: grid; grid-template-columns: 1fr 1fr; gap: 24px; }}
-.wide {{ overflow-x: auto; }} p.help {{ color: #666; font-size: 13px; margin-top: 0; }}
+p.help {{ color: #666; font-size: 13px; margin-top: 0; }}
 </style></head><body>
 <h1>{escape(title)}</h1>
 <div class="meta">Days in UTC, {escape(period.since.isoformat())} included to {escape(period.until.isoformat())}
@@ -305,13 +241,26 @@ excluded. Generated {escape(generated.strftime("%Y-%m-%d %H:%M UTC"))} from the 
 <h2>Lateness of deliveries</h2>
 <p class="help">Delivered time minus the schedule the client last asked for; retries count against it.</p>
 {lateness_chart}
+<h2>Lateness per queue</h2>
+<p class="help">Share of each queue's deliveries in each lateness bucket (the five busiest queues).</p>
+{lateness_queue_chart}
+<h2>Throughput by hour of day</h2>
+<p class="help">Deliveries per hour of the day (UTC) over the whole period, by queue (bars), and events
+enqueued (line).</p>
+{hourly_chart}
+<h2>Attempts per delivered event</h2>
+<p class="help">How many attempts delivered events needed (redeliveries + 1), by queue.</p>
+{attempts_chart}
 <h2>Failure rate per day</h2>
 <p class="help">Failed attempts (failures, lease expiries, dead verdicts) over attempts with a verdict.</p>
 {rate_chart}
 <h2>Queues</h2>
 <p class="help">The whole period. Lateness is nearest-rank; attempts = redeliveries + 1, per delivered event;
 expiries are leases that ran out; redelivered = share of deliveries that needed more than one attempt.</p>
-<div class="wide">{summary_table}</div>
+{summary_table}
+<h2>Dead events by queue and reason</h2>
+<p class="help">Events that ended dead in the period, by the reason their <code>dead</code> entry gives.</p>
+{dead_table}
 <div class="grid"><div><h2>Groups with the most failures</h2>{group_table}</div>
 <div><h2>Principals with the most failures</h2>{principal_table}</div></div>
 </body></html>

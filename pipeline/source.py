@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pipeline import db
-from pipeline.spark import PipelineError, is_local, jdbc_jar
+from tickler.pipeline import db
+from tickler.pipeline.spark import PipelineError, is_local, jdbc_jar
 
 SOURCES = ("auto", "jdbc", "snapshot")
 

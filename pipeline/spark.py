@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -11,6 +12,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from tickler.pipeline import ship
 
 # Where Debian's libpostgresql-jdbc-java puts the driver.
 DEFAULT_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
@@ -106,19 +109,30 @@ def create_session(
         # partition values are strings (a queue named "2024" stays a string)
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     }
+    conf = dict(conf or {})
+    # PySpark takes the workers' Python from PYSPARK_PYTHON when the context starts, not from
+    # spark.pyspark.python (only spark-submit turns that setting into the variable): do it here.
+    if conf.get("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
+    shipped: Path | None = None
     if is_local(master):
         # Workers run this interpreter, which has tickler and psycopg; a bare `python3` may not.
-        # (pyspark reads PYSPARK_PYTHON when the context starts; spark.pyspark.python is for the JVM.)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
         settings["spark.ui.enabled"] = "false"
         settings["spark.sql.shuffle.partitions"] = str(max(4, 2 * (os.cpu_count() or 1)))
         settings["spark.driver.memory"] = driver_memory or "2g"
-    elif driver_memory:
-        settings["spark.driver.memory"] = driver_memory
+    else:
+        if driver_memory:
+            settings["spark.driver.memory"] = driver_memory
+        # executors have Python and pyspark only: the job brings its code and its modules
+        code, deps = ship.build(Path(tempfile.mkdtemp(prefix="tickler-ship-")))
+        shipped = code
+        atexit.register(shutil.rmtree, code.parent, True)
+        conf.update(ship.executor_settings(deps, conf))
     if jar is not None:
         settings["spark.jars"] = str(jar)
-    settings.update(conf or {})
+    settings.update(conf)
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
@@ -126,4 +140,6 @@ def create_session(
     except Exception as error:  # the JVM did not start: say why in one line, not a stack trace
         raise PipelineError(f"Spark did not start on {master}: {one_line(error)}") from None
     session.sparkContext.setLogLevel("ERROR")
+    if shipped is not None:
+        session.sparkContext.addPyFile(str(shipped))
     return session

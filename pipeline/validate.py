@@ -7,19 +7,19 @@ first reason it fails, spelled `field: message` as the API's `errors` object wou
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Container, Mapping
 from datetime import datetime
 from typing import Any
 
-from scheduler import rules
+from tickler.scheduler import rules, strict_json
 
 # Columns an import file may have; `item_key` and `data` are required (as in the API), `queue`
 # unless --queue names it.
 FIELDS = ("queue", "item_key", "group_key", "schedule_on", "delay_seconds", "data", "max_attempts")
-_INTEGER = re.compile(r"^[+-]?\d+$")
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
+# What float() reads, less its spellings of infinity and NaN and of digits in other scripts.
+_NUMBER = re.compile(r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$")
 
 Staged = tuple[str, str, str | None, str | None, float | None, str, int | None]
 
@@ -33,74 +33,29 @@ def _given(row: Mapping[str, Any], field: str) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def _key(row: Mapping[str, Any], field: str, required: bool) -> str | None:
-    value = _given(row, field)
-    if value is None:
-        if required:
-            raise Invalid(f"{field}: Missing data for required field.")
+def _number(row: Mapping[str, Any], field: str, pattern: re.Pattern[str], kind: type[int] | type[float]) -> Any:
+    """A cell's number, as JSON would have carried it (the rules then check it)."""
+    text = _given(row, field)
+    if text is None:
         return None
-    problem = rules.check_key(value)
-    if problem:
-        raise Invalid(f"{field}: {problem}")
-    return value
+    if not pattern.match(text):
+        raise Invalid(f"{field}: Not a valid {'integer' if kind is int else 'number'}.")
+    if kind is int and not _INTEGER.match(text):
+        return float(text)  # 2.0 or 2.5, as JSON would carry them: the rules decide what is an integer
+    return kind(text)
 
 
-def _when(row: Mapping[str, Any], now: datetime) -> tuple[str | None, float | None]:
-    schedule_on, delay = _given(row, "schedule_on"), _given(row, "delay_seconds")
-    if schedule_on is not None and delay is not None:
-        raise Invalid("schedule_on: Give schedule_on or delay_seconds, not both.")
-    if schedule_on is not None:
-        try:
-            when = rules.parse_rfc3339(schedule_on)
-        except ValueError as error:
-            raise Invalid(f"schedule_on: {error}") from None
-        problem = rules.check_schedule_on(when, now)
-        if problem:
-            raise Invalid(f"schedule_on: {problem}")
-        return rules.format_timestamp(when), None
-    if delay is not None:
-        try:
-            seconds = float(delay)
-        except ValueError:
-            raise Invalid("delay_seconds: Not a valid number.") from None
-        if not math.isfinite(seconds) or not 0 <= seconds <= rules.MAX_DELAY_SECONDS:
-            raise Invalid(f"delay_seconds: Must be greater than or equal to 0 and less than or equal to "
-                          f"{rules.MAX_DELAY_SECONDS}.")  # fmt: skip
-        return None, seconds
-    return None, None
-
-
-def _data(row: Mapping[str, Any], max_bytes: int) -> str:
+def _data(row: Mapping[str, Any]) -> Any:
     text = _given(row, "data")
     if text is None:
-        raise Invalid("data: Missing data for required field.")
+        return None
     try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except ValueError:
+        data = strict_json.loads_strict(text)  # exactly what the API takes as a body
+    except strict_json.NotJSON:
         raise Invalid("data: Not valid JSON.") from None
     if not isinstance(data, dict):
         raise Invalid("data: Must be a JSON object.")
-    problem = rules.check_data(data, max_bytes)
-    if problem:
-        raise Invalid(f"data: {problem[1]}")
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _max_attempts(row: Mapping[str, Any]) -> int | None:
-    text = _given(row, "max_attempts")
-    if text is None:
-        return None
-    if not _INTEGER.match(text):
-        raise Invalid("max_attempts: Not a valid integer.")
-    value = int(text)
-    if not 1 <= value <= rules.MAX_ATTEMPTS_LIMIT:
-        raise Invalid(f"max_attempts: Must be greater than or equal to 1 and less than or equal to "
-                      f"{rules.MAX_ATTEMPTS_LIMIT}.")  # fmt: skip
-    return value
+    return data
 
 
 def check_row(row: Mapping[str, Any], *, queues: Container[str], now: datetime, max_data_bytes: int) -> Staged:
@@ -116,9 +71,22 @@ def check_row(row: Mapping[str, Any], *, queues: Container[str], now: datetime, 
         raise Invalid(f"queue: {problem}")
     if queue not in queues:
         raise Invalid(f"queue: No queue named {queue!r}.")
-    item_key = _key(row, "item_key", required=True)
-    assert item_key is not None
-    group_key = _key(row, "group_key", required=False)
-    schedule_on, delay = _when(row, now)
-    data = _data(row, max_data_bytes)
-    return queue, item_key, group_key, schedule_on, delay, data, _max_attempts(row)
+    given: dict[str, Any] = {
+        "item_key": _given(row, "item_key"),
+        "group_key": _given(row, "group_key"),
+        "schedule_on": _given(row, "schedule_on"),
+        "delay_seconds": _number(row, "delay_seconds", _NUMBER, float),
+        "data": _data(row),
+        "max_attempts": _number(row, "max_attempts", _NUMBER, int),
+    }
+    try:
+        # The API's rule for a new event decides; an empty cell is a field not given.
+        event = rules.new_event({k: v for k, v in given.items() if v is not None}, now)
+    except rules.RuleErrors as error:
+        field = next(f for f in FIELDS if f in error.errors)
+        raise Invalid(f"{field}: {error.errors[field][0]}") from None
+    data, too_big_or_bad = rules.data_text(event.data, max_data_bytes)
+    if too_big_or_bad:
+        raise Invalid(f"data: {too_big_or_bad[1]}")
+    schedule_on = rules.format_timestamp(event.schedule_on)
+    return queue, event.item_key, event.group_key, schedule_on, event.delay_seconds, data, event.max_attempts

@@ -13,6 +13,9 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+# The database is away (restarting, unreachable): loops back off and try again.
+DATABASE_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError)
+
 EMBEDDED_DATABASE = "tickler"
 
 _embedded_servers: dict[Path, Any] = {}
@@ -75,6 +78,33 @@ def resolve_database_url(database_url: str, data_dir: Path) -> str:
     return sqlalchemy_url(start_embedded(data_dir))
 
 
+class NoDatabase(Exception):
+    """A command would reach a database that does not exist yet (see existing_database_url)."""
+
+
+def embedded_data_exists(data_dir: Path) -> bool:
+    """Whether an embedded PostgreSQL was ever initialised under `data_dir`."""
+    return (data_dir.expanduser() / "pgdata" / "PG_VERSION").is_file()
+
+
+def existing_database_url(database_url: str, data_dir: Path) -> str:
+    """resolve_database_url, but never creating an embedded database that is not there yet.
+
+    Every command but `serve` and `migrate` uses this: a mistyped TICKLER_DATA_DIR, or a command
+    run from another directory, must say where it looked instead of quietly starting an empty
+    database there.
+    """
+    if not database_url:
+        where = data_dir.expanduser().resolve()
+        if not embedded_data_exists(where):
+            raise NoDatabase(
+                f"no tickler database in {where} (looked for the embedded PostgreSQL's data in "
+                f"{where / 'pgdata'}). Run this where `tickler serve` keeps its data, set "
+                "TICKLER_DATA_DIR or TICKLER_DATABASE_URL, or create it with `tickler migrate`."
+            )
+    return resolve_database_url(database_url, data_dir)
+
+
 # A pooled connection idle for longer than this is checked with a ping before it is handed out.
 IDLE_PING_SECONDS = 10.0
 
@@ -113,3 +143,32 @@ def _ping_idle_connections(engine: sa.Engine) -> None:
                 dbapi_connection.rollback()
         except psycopg.Error:
             raise sa.exc.DisconnectionError() from None  # the pool retries with a new connection
+
+
+# SQLSTATEs that say "the database cannot take this now", not "this request is wrong": the
+# same request succeeds once the database is back (or writable again).
+_UNAVAILABLE_SQLSTATES = {
+    "25006": "read_only",  # read_only_sql_transaction: a hot standby, or default_transaction_read_only
+    "53100": "disk_full",
+    "53200": "out_of_memory",
+    "53300": "too_many_connections",
+    "57P01": "shutting_down",  # admin_shutdown
+    "57P02": "shutting_down",  # crash_shutdown
+    "57P03": "starting_up",  # cannot_connect_now
+    "40001": "serialization_failure",
+    "40P01": "deadlock",
+}
+
+
+def unavailable_reason(error: BaseException) -> str | None:
+    """Why the database could not serve a statement for now (read_only, disk_full, unreachable,
+    ...), or None when the error is not the database being unavailable."""
+    original = getattr(error, "orig", None) or error
+    state = getattr(original, "sqlstate", None)
+    if state in _UNAVAILABLE_SQLSTATES:
+        return _UNAVAILABLE_SQLSTATES[state]
+    if (state or "").startswith("08") or isinstance(
+        error, sa.exc.OperationalError | sa.exc.InterfaceError | psycopg.OperationalError | psycopg.InterfaceError
+    ):
+        return "unreachable"
+    return None

@@ -18,6 +18,10 @@ class NotFound(TicklerError):
     """No such queue, key, lease or token (or not visible to the caller)."""
 
 
+class Archived(NotFound):
+    """The key has no event left in PostgreSQL: all of them were archived (`extra["archived"]` says where)."""
+
+
 class KeyConflict(TicklerError):
     """An open event already has this key (`extra["event"]` is that event)."""
 
@@ -40,3 +44,7 @@ class TooLarge(TicklerError):
 
 class Invalid(TicklerError):
     """Input the rules reject; `extra["errors"]` maps fields to messages."""
+
+
+class QueueInUse(TicklerError):
+    """The queue still holds open events (or an archive run holds its events): it cannot be deleted."""

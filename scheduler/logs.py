@@ -45,3 +45,6 @@ def configure_logging(level: str = "INFO") -> None:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
     logging.getLogger("pgserver").setLevel(logging.WARNING)  # it narrates every start-up at INFO
+    # APScheduler logs every run of the poll job ("Running job", "executed successfully"): several
+    # lines a second that drown tickler's own. Its warnings (a missed run) still show.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)

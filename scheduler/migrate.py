@@ -15,7 +15,7 @@ from importlib import resources
 import psycopg
 import structlog
 
-from scheduler.db import libpq_url
+from tickler.scheduler.db import libpq_url
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +52,7 @@ class Migration:
 def available_migrations() -> list[Migration]:
     """Every migration file shipped with tickler, in order."""
     found = []
-    for entry in resources.files("migrations").iterdir():
+    for entry in resources.files("tickler.migrations").iterdir():
         match = _FILE_NAME.match(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))

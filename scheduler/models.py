@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -55,17 +56,13 @@ class Event:
             lease_expires_on=row["lease_expires_on"],
         )
 
-    @property
-    def is_open(self) -> bool:
-        return self.dequeued_on is None
-
 
 @dataclass(frozen=True)
 class TimelineEntry:
     at: datetime
     action: str
     actor: str
-    event_id: int
+    event_id: int | None  # None: an entry of a recurring schedule (schedule_created, ...)
     schedule_on: datetime | None
     details: dict[str, Any]
 
@@ -86,6 +83,16 @@ class Queue:
     backoff_multiplier: float
     created_on: datetime
     updated_on: datetime
+    # A paused queue delivers nothing; scheduling, moving and cancelling go on (SPEC §7).
+    paused: bool = False
+    # Flow control (SPEC §6): enforced by the claims themselves, in the database.
+    max_in_flight: int | None = None
+    rate_per_second: float | None = None
+
+    @property
+    def flow_limited(self) -> bool:
+        """Whether claims of this queue go through its flow lock (see flow_room in queries.sql)."""
+        return self.paused or self.max_in_flight is not None or self.rate_per_second is not None
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Queue:
@@ -115,6 +122,12 @@ class NewEvent:
     delay_seconds: float | None = None
     max_attempts: int | None = None
 
+    @classmethod
+    def of(cls, loaded: Mapping[str, Any]) -> NewEvent:
+        """The event among fields already checked (a request's other fields, such as
+        on_conflict, are not the event's)."""
+        return cls(**{field.name: loaded[field.name] for field in fields(cls) if field.name in loaded})
+
 
 @dataclass(frozen=True)
 class ScheduleResult:
@@ -137,33 +150,19 @@ class Lease:
     events: tuple[Event, ...]
 
 
+# What every interface shows of an event: all but its lease (a lease has a JSON of its own).
+EVENT_JSON_FIELDS = tuple(f.name for f in fields(Event) if f.name not in ("lease_id", "lease_expires_on"))
+
+
 def event_to_json(event: Event) -> dict[str, Any]:
     """An event as every tickler interface shows it (HTTP responses, webhook bodies)."""
-    from scheduler.rules import format_timestamp
+    from tickler.scheduler.rules import record_json
 
-    return {
-        "id": event.id,
-        "queue": event.queue,
-        "item_key": event.item_key,
-        "group_key": event.group_key,
-        "schedule_on": format_timestamp(event.schedule_on),
-        "data": event.data,
-        "status": event.status,
-        "enqueued_on": format_timestamp(event.enqueued_on),
-        "enqueued_by": event.enqueued_by,
-        "dequeued_on": format_timestamp(event.dequeued_on),
-        "dequeued_by": event.dequeued_by,
-        "claimed_on": format_timestamp(event.claimed_on),
-        "claimed_by": event.claimed_by,
-        "redeliver_count": event.redeliver_count,
-        "max_attempts": event.max_attempts,
-        "last_error": event.last_error,
-        "version": event.version,
-    }
+    return record_json(event, EVENT_JSON_FIELDS)
 
 
 def lease_to_json(lease: Lease) -> dict[str, Any]:
-    from scheduler.rules import format_timestamp
+    from tickler.scheduler.rules import format_timestamp
 
     return {
         "lease_id": lease.lease_id,

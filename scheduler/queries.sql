@@ -3,128 +3,26 @@
 --   * `:now` is the time to act at; NULL means the database clock (now()). Tests bind it to move
 --     the clock; production code leaves it NULL, so time never comes from a worker's clock.
 --   * Every statement that changes an event writes its timeline entry in the same statement
---     (a data-modifying CTE), so no change can happen without its history.
+--     (a data-modifying CTE), so no change can happen without its history. A claim's `claimed`
+--     entry is the one exception: the statement that ends the lease writes it, in its own row
+--     (details -> 'claim', see tickler_with_claim() and tickler_timeline_entry in 0016).
 --   * Statements that return events return whole rows plus `status` (tickler_status()).
 
--- name: schedule_events
--- Insert events from a JSON array; keys that already have an open event are left alone.
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-incoming AS (
-    SELECT * FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS x(
-        ord integer, item_key text COLLATE "C", group_key text COLLATE "C",
-        schedule_on timestamptz, delay_seconds double precision, data jsonb, max_attempts integer)
-),
-inserted AS (
-    INSERT INTO tickler_event AS e
-        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts)
-    SELECT :queue, i.item_key, i.group_key,
-           coalesce(i.schedule_on, clock.now + make_interval(secs => coalesce(i.delay_seconds, 0))),
-           coalesce(i.data, '{}'), clock.now, :actor, coalesce(i.max_attempts, :default_max_attempts)
-    FROM incoming AS i CROSS JOIN clock
-    ORDER BY i.ord
-    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO NOTHING
-    RETURNING e.*
-),
-logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT queue, item_key, id, enqueued_on, 'enqueued', enqueued_by, schedule_on,
-           jsonb_strip_nulls(jsonb_build_object('group_key', group_key, 'max_attempts', max_attempts))
-    FROM inserted
-),
-hint AS (
-    -- FOR KEY SHARE always (not only when notifying): see tickler_queue.next_wake
-    SELECT q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
-),
-wake AS (
-    SELECT pg_notify('tickler_wake', :queue) FROM hint
-    WHERE hint.next_wake > (SELECT min(schedule_on) FROM inserted)
-)
-SELECT i.ord, i.item_key, n.id AS id, (n.id IS NOT NULL) AS written, false AS replaced
-FROM incoming AS i LEFT JOIN inserted AS n ON n.item_key = i.item_key
-CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w
-ORDER BY i.ord;
+-- name: schedule_one
+-- Schedule one event through tickler_schedule() (migration 0008: the one path that writes events,
+-- their timeline and the wake-up handshake). One row: the outcome, and the event written or the
+-- open event that holds the key (`scheduled`: the event's own `outcome` is how it finished).
+SELECT r.outcome AS scheduled, (r.event).*,
+       tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
+           AS status
+FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
+                      CAST(:debounce_max_seconds AS double precision), true) AS r;
 
--- name: schedule_event
--- Insert one event unless its key has an open event; returns the new event (no row: the key is
--- taken). The API's hot path: one statement, one round trip. Same effects as schedule_events.
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-inserted AS (
-    INSERT INTO tickler_event AS e
-        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts)
-    SELECT :queue, :item_key, :group_key,
-           coalesce(CAST(:schedule_on AS timestamptz),
-                    clock.now + make_interval(secs => coalesce(CAST(:delay_seconds AS double precision), 0))),
-           CAST(:data AS jsonb), clock.now, :actor,
-           coalesce(CAST(:max_attempts AS integer), :default_max_attempts)
-    FROM clock
-    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO NOTHING
-    RETURNING e.*
-),
-logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT queue, item_key, id, enqueued_on, 'enqueued', enqueued_by, schedule_on,
-           jsonb_strip_nulls(jsonb_build_object('group_key', group_key, 'max_attempts', max_attempts))
-    FROM inserted
-),
-hint AS (
-    SELECT q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
-),
-wake AS (
-    SELECT pg_notify('tickler_wake', :queue) FROM hint
-    WHERE hint.next_wake > (SELECT schedule_on FROM inserted)
-)
-SELECT n.*, tickler_status(n.outcome, n.lease_expires_on, clock.now) AS status
-FROM inserted AS n CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
-
--- name: schedule_events_replacing
--- Insert events from a JSON array; an open event with the same key that is not held under a
--- lease is replaced (same id, new schedule, data, group and max_attempts). Leased ones are left.
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-incoming AS (
-    SELECT * FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS x(
-        ord integer, item_key text COLLATE "C", group_key text COLLATE "C",
-        schedule_on timestamptz, delay_seconds double precision, data jsonb, max_attempts integer)
-),
-upserted AS (
-    INSERT INTO tickler_event AS e
-        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts)
-    SELECT :queue, i.item_key, i.group_key,
-           coalesce(i.schedule_on, clock.now + make_interval(secs => coalesce(i.delay_seconds, 0))),
-           coalesce(i.data, '{}'), clock.now, :actor, coalesce(i.max_attempts, :default_max_attempts)
-    FROM incoming AS i CROSS JOIN clock
-    ORDER BY i.ord
-    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO UPDATE
-        SET group_key = excluded.group_key,
-            schedule_on = excluded.schedule_on,
-            data = excluded.data,
-            max_attempts = excluded.max_attempts,
-            version = e.version + 1
-        WHERE e.lease_id IS NULL
-    RETURNING e.*, (e.xmax <> 0) AS replaced
-),
-logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT u.queue, u.item_key, u.id, clock.now,
-           CASE WHEN u.replaced THEN 'replaced' ELSE 'enqueued' END, :actor, u.schedule_on,
-           jsonb_strip_nulls(jsonb_build_object('group_key', u.group_key, 'max_attempts', u.max_attempts))
-    FROM upserted AS u CROSS JOIN clock
-),
-hint AS (
-    SELECT q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
-),
-wake AS (
-    SELECT pg_notify('tickler_wake', :queue) FROM hint
-    WHERE hint.next_wake > (SELECT min(schedule_on) FROM upserted)
-)
-SELECT i.ord, i.item_key, u.id AS id, (u.id IS NOT NULL) AS written, coalesce(u.replaced, false) AS replaced
-FROM incoming AS i LEFT JOIN upserted AS u ON u.item_key = i.item_key
-CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w
-ORDER BY i.ord;
-
--- name: open_event_ids
--- Ids of the open events with these keys (to report what a batch conflicted with).
-SELECT item_key, id FROM tickler_event
-WHERE queue = :queue AND item_key = ANY(CAST(:item_keys AS text[])) AND dequeued_on IS NULL;
+-- name: schedule_many
+-- Schedule many events of one queue through tickler_schedule(): one row per event, in order.
+SELECT r.ord, r.item_key, r.outcome, r.id
+FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
+                      CAST(:debounce_max_seconds AS double precision)) AS r;
 
 -- name: get_open_event
 -- The open event of a key, if any.
@@ -140,7 +38,7 @@ WHERE e.id = coalesce(
     (SELECT id FROM tickler_event
      WHERE queue = :queue AND item_key = :item_key AND dequeued_on IS NULL),
     (SELECT event_id FROM tickler_timeline
-     WHERE queue = :queue AND item_key = :item_key ORDER BY id DESC LIMIT 1));
+     WHERE queue = :queue AND item_key = :item_key AND event_id IS NOT NULL ORDER BY id DESC LIMIT 1));
 
 -- name: get_events_by_id
 -- Events by id, in no particular order.
@@ -149,12 +47,12 @@ FROM tickler_event AS e
 WHERE e.id = ANY(CAST(:ids AS bigint[]));
 
 -- name: lock_open_event
--- The open event of a key, locked for a change in this transaction, with the time to act at.
+-- The open event of a key, locked for a change in this transaction, with the time to act at. A
+-- lease of it whose time is up is ended first (tickler_lock_open_event, migration 0014): the
+-- event is then the pending event it really is, or gone when that was its last attempt.
 SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, clock.now) AS status, clock.now AS db_now
-FROM tickler_event AS e
-CROSS JOIN (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now) AS clock
-WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL
-FOR UPDATE OF e;
+FROM (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now) AS clock
+CROSS JOIN LATERAL tickler_lock_open_event(:queue, :item_key, clock.now) AS e;
 
 -- name: change_event
 -- Reschedule or change a locked, open, unleased event.
@@ -173,13 +71,7 @@ logged AS (
     SELECT c.queue, c.item_key, c.id, clock.now, :action, :actor, c.schedule_on, CAST(:details AS jsonb)
     FROM changed AS c CROSS JOIN clock
 ),
-hint AS (
-    SELECT q.name, q.next_wake FROM tickler_queue AS q WHERE q.name = (SELECT queue FROM changed) FOR KEY SHARE
-),
-wake AS (
-    SELECT pg_notify('tickler_wake', hint.name) FROM hint
-    WHERE hint.next_wake > (SELECT schedule_on FROM changed)
-)
+wake AS (SELECT tickler_wake_if_sooner(c.queue, c.schedule_on) FROM changed AS c)  -- see 0018
 SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
 FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
 
@@ -203,80 +95,76 @@ SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
 FROM changed AS c CROSS JOIN clock;
 
 -- name: cancel_matching
--- Cancel every open, unleased event of a queue with this group and/or key prefix.
+-- Cancel every open event of a queue with this group and/or key prefix that is not in flight.
 -- The prefix is a range [prefix, prefix_end) on the "C"-collated key (prefix_end NULL: no end).
+-- A lease whose time is up is over: it ends here as the reaper would end it (see
+-- expired_attempt_ended below), and the event is cancelled — or dead, when it was its last attempt.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-changed AS (
-    UPDATE tickler_event AS e
-    SET dequeued_on = clock.now, dequeued_by = :actor, outcome = 'cancelled', version = e.version + 1
-    FROM clock
-    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL
+matching AS (
+    SELECT e.id, e.lease_id, e.claimed_by, e.lease_expires_on, e.claimed_on, e.claimed_expires_on,
+           (e.lease_id IS NOT NULL AND tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts)) AS dies
+    FROM tickler_event AS e CROSS JOIN clock
+    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND NOT coalesce(e.lease_expires_on > clock.now, false)
       AND (CAST(:group_key AS text) IS NULL OR e.group_key = CAST(:group_key AS text))
       AND (CAST(:prefix AS text) IS NULL OR e.item_key >= CAST(:prefix AS text) COLLATE "C")
       AND (CAST(:prefix_end AS text) IS NULL OR e.item_key < CAST(:prefix_end AS text) COLLATE "C")
-    RETURNING e.*
-),
-logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, c.dequeued_on, 'cancelled', c.dequeued_by, c.schedule_on,
-           jsonb_strip_nulls(jsonb_build_object('reason', CAST(:reason AS text), 'bulk', true))
-    FROM changed AS c
-)
-SELECT count(*) AS cancelled FROM changed;
-
--- name: expire_leases
--- End leases whose time is up (optionally only in one queue, or for one key): the events are
--- claimable again and the attempt counts as a redelivery; an event whose last allowed attempt
--- it was is finished as dead.
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-expired AS (
-    SELECT e.id, e.lease_id, e.claimed_by, e.lease_expires_on,
-           (e.redeliver_count + 1 >= e.max_attempts) AS exhausted
-    FROM tickler_event AS e CROSS JOIN clock
-    WHERE e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.lease_expires_on <= clock.now
-      AND (CAST(:queue AS text) IS NULL OR e.queue = CAST(:queue AS text))
-      AND (CAST(:item_key AS text) IS NULL OR e.item_key = CAST(:item_key AS text) COLLATE "C")
-    FOR UPDATE OF e SKIP LOCKED
+    FOR UPDATE OF e
 ),
 changed AS (
     UPDATE tickler_event AS e
-    SET lease_id = NULL,
-        lease_expires_on = NULL,
-        redeliver_count = CASE WHEN x.exhausted THEN e.redeliver_count ELSE e.redeliver_count + 1 END,
-        last_error = 'lease expired',
-        dequeued_on = CASE WHEN x.exhausted THEN clock.now END,
-        dequeued_by = CASE WHEN x.exhausted THEN :actor END,
-        outcome = CASE WHEN x.exhausted THEN 'dead' END,
+    SET dequeued_on = clock.now, dequeued_by = :actor, outcome = 'cancelled',
+        lease_id = NULL, lease_expires_on = NULL,
+        redeliver_count = e.redeliver_count + CASE WHEN e.lease_id IS NULL THEN 0 ELSE 1 END,
+        last_error = CASE WHEN e.lease_id IS NULL THEN e.last_error ELSE 'lease expired' END,
         version = e.version + 1
-    FROM expired AS x CROSS JOIN clock
-    WHERE e.id = x.id AND e.id = ANY(ARRAY(SELECT id FROM expired))  -- primary-key lookups (see claim_events)
-    RETURNING e.*, x.lease_id AS old_lease_id, x.claimed_by AS old_claimed_by,
-              x.lease_expires_on AS old_lease_expires_on, x.exhausted
+    FROM clock
+    WHERE e.id = ANY(ARRAY(SELECT id FROM matching WHERE NOT dies))  -- primary-key lookups (see claim_events)
+    RETURNING e.*
+),
+died AS (  -- those on their last attempt die, as the reaper has them
+    SELECT count(*) AS n
+    FROM tickler_end_expired_leases(ARRAY(SELECT id FROM matching WHERE dies), 'tickler', (SELECT now FROM clock))
+    WHERE EXISTS (SELECT 1 FROM matching WHERE dies)
 ),
 logged AS (
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, clock.now, a.action, :actor, c.schedule_on, a.details
-    FROM changed AS c CROSS JOIN clock
+    SELECT c.queue, c.item_key, c.id, c.dequeued_on, a.action, a.actor, c.schedule_on, a.details
+    FROM changed AS c
+    LEFT JOIN matching AS x ON x.id = c.id AND x.lease_id IS NOT NULL
     CROSS JOIN LATERAL (VALUES
-        (1, 'lease_expired', jsonb_build_object(
-            'lease_id', c.old_lease_id, 'claimed_by', c.old_claimed_by,
-            'expired_at', c.old_lease_expires_on)),
-        (2, 'dead', jsonb_build_object('reason', 'attempts exhausted', 'attempts', c.redeliver_count + 1))
-    ) AS a (step, action, details)
-    WHERE a.step = 1 OR c.exhausted
+        (1, 'lease_expired', 'tickler',
+         CASE WHEN x.id IS NOT NULL THEN
+             tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
+                                c.dequeued_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
+                                x.claimed_expires_on, x.lease_id, c.redeliver_count, c.group_key, c.schedule_on) END),
+        (2, 'cancelled', c.dequeued_by,
+         jsonb_strip_nulls(jsonb_build_object('reason', CAST(:reason AS text), 'bulk', true)))
+    ) AS a (step, action, actor, details)
+    WHERE a.step = 2 OR x.id IS NOT NULL
     ORDER BY c.id, a.step
-),
-wake AS (
-    SELECT pg_notify('tickler_wake', queue) FROM (SELECT DISTINCT queue FROM changed WHERE NOT exhausted) AS q
 )
-SELECT c.id, c.queue, c.exhausted FROM changed AS c CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+SELECT count(*) AS cancelled FROM changed CROSS JOIN died;
+
+-- name: expire_leases
+-- The reaper: end leases whose time is up (optionally only in one queue) with
+-- tickler_end_expired_leases() (migration 0014), which claims, replace, debounce, reschedule and
+-- cancel also use when they meet such a lease: the event is claimable again and the attempt counts
+-- as a redelivery; an event whose last allowed attempt it was is finished as dead.
+SELECT x.id, x.queue, x.exhausted
+FROM tickler_end_expired_leases(ARRAY(
+    SELECT e.id FROM tickler_event AS e
+    WHERE e.dequeued_on IS NULL AND e.lease_id IS NOT NULL
+      AND e.lease_expires_on <= coalesce(CAST(:now AS timestamptz), now())
+      AND (CAST(:queue AS text) IS NULL OR e.queue = CAST(:queue AS text))
+), :actor, CAST(:now AS timestamptz)) AS x;
 
 -- name: timeline
--- Every timeline entry of a key, across all its events, oldest first.
+-- Every timeline entry of a key, across all its events, oldest first (a running lease's
+-- `claimed` entry included: see tickler_timeline_entry).
 SELECT at, action, actor, event_id, schedule_on, details
-FROM tickler_timeline
+FROM tickler_timeline_entry
 WHERE queue = :queue AND item_key = :item_key
-ORDER BY id;
+ORDER BY id, step;
 
 -- name: queue_state_counts
 -- Events per state of a queue, from the trigger-kept counters (no scan of events).
@@ -284,12 +172,16 @@ SELECT state, sum(n)::bigint AS n FROM tickler_queue_count WHERE queue = :queue 
 
 -- name: queue_live_counts
 -- The time-dependent counts of a queue: events under a live lease, and open events whose time
--- has come (due) that are not under a live lease. Both read only open events, through indexes.
+-- has come (due) that are not under a live lease. Both read only open events, through indexes
+-- (the live leases through the lease-expiry indexes, ungrouped and grouped).
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
 SELECT
     (SELECT count(*) FROM tickler_event AS e, clock
-     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL
-       AND e.lease_expires_on > clock.now) AS in_flight,
+     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
+       AND e.lease_expires_on > clock.now)
+    + (SELECT count(*) FROM tickler_event AS e, clock
+       WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
+         AND e.lease_expires_on > clock.now) AS in_flight,
     (SELECT count(*) FROM tickler_event AS e, clock
      WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.schedule_on <= clock.now
        AND NOT coalesce(e.lease_expires_on > clock.now, false)) AS due;
@@ -300,10 +192,12 @@ SELECT
 WITH upserted AS (
 INSERT INTO tickler_queue AS q (
     name, delivery_mode, webhook_url, webhook_timeout_seconds, signing_secret,
-    lease_seconds, max_attempts, backoff_initial_seconds, backoff_max_seconds, backoff_multiplier)
+    lease_seconds, max_attempts, backoff_initial_seconds, backoff_max_seconds, backoff_multiplier,
+    max_in_flight, rate_per_second)
 VALUES (
     :name, :delivery_mode, :webhook_url, :webhook_timeout_seconds, :signing_secret,
-    :lease_seconds, :max_attempts, :backoff_initial_seconds, :backoff_max_seconds, :backoff_multiplier)
+    :lease_seconds, :max_attempts, :backoff_initial_seconds, :backoff_max_seconds, :backoff_multiplier,
+    :max_in_flight, :rate_per_second)
 ON CONFLICT (name) DO UPDATE SET
     delivery_mode = excluded.delivery_mode,
     webhook_url = excluded.webhook_url,
@@ -322,6 +216,8 @@ ON CONFLICT (name) DO UPDATE SET
     backoff_initial_seconds = excluded.backoff_initial_seconds,
     backoff_max_seconds = excluded.backoff_max_seconds,
     backoff_multiplier = excluded.backoff_multiplier,
+    max_in_flight = excluded.max_in_flight,
+    rate_per_second = excluded.rate_per_second,
     updated_on = now()
 RETURNING q.*, (q.xmax = 0) AS created
 ),
@@ -384,12 +280,38 @@ UPDATE tickler_queue SET next_wake = :next_wake WHERE name = ANY(CAST(:queues AS
 
 -- name: claim_events
 -- Lease up to :limit due, ungrouped events of a queue, one lease each, skipping rows that other
--- transactions hold. Returns the claimed events.
+-- transactions hold. Returns the claimed events. An event whose lease expired and was not ended
+-- yet is claimed first: its lease ends here as the reaper would end it (one more redelivery,
+-- 'lease expired', a 'lease_expired' entry), or, when that was its last attempt, it dies through
+-- tickler_end_expired_leases() instead of being claimed. A claim writes no `claimed` row: that
+-- entry is read from the event while the lease runs, and written with the entry that ends it.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+expired AS (
+    SELECT e.id, e.lease_id, e.claimed_by, e.lease_expires_on, e.claimed_on, e.claimed_expires_on,
+           e.redeliver_count + 1 AS attempt,
+           tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts) AS dies
+    FROM tickler_event AS e
+    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
+      AND e.lease_expires_on <= (SELECT now FROM clock)
+      AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
+                                      FROM tickler_queue AS q WHERE q.name = :queue))
+    ORDER BY e.lease_expires_on
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+died AS (  -- the function is called only when one dies (it is planned at every call)
+    SELECT count(*) AS n
+    FROM tickler_end_expired_leases(ARRAY(SELECT id FROM expired WHERE dies), 'tickler', (SELECT now FROM clock))
+    WHERE EXISTS (SELECT 1 FROM expired WHERE dies)
+),
 candidates AS (
     SELECT e.id FROM tickler_event AS e
     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
       AND e.schedule_on <= (SELECT now FROM clock)
+      -- the fast path takes nothing from a paused or limited queue: those are claimed only under
+      -- the queue's flow lock (:flow, see flow_room), whatever a caller believes the settings are
+      AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
+                                      FROM tickler_queue AS q WHERE q.name = :queue))
     ORDER BY e.schedule_on, e.id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -400,54 +322,144 @@ claimed AS (
         claimed_by = :worker,
         lease_id = gen_random_uuid(),
         lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        -- an expired lease ends here: the attempt it was counts (see expired)
+        redeliver_count = e.redeliver_count + CASE WHEN e.lease_id IS NULL THEN 0 ELSE 1 END,
+        last_error = CASE WHEN e.lease_id IS NULL THEN e.last_error ELSE 'lease expired' END,
         version = e.version + 1
     FROM clock
     -- = ANY(ARRAY(...)) and not a join: a join lets the planner hash-join a sequential scan of
     -- the whole table once it believes the candidates are many; this is always primary-key lookups.
-    WHERE e.id = ANY(ARRAY(SELECT id FROM candidates))
+    WHERE e.id = ANY(ARRAY((SELECT id FROM expired WHERE NOT dies) UNION ALL (SELECT id FROM candidates) LIMIT :limit))
     RETURNING e.*
 ),
-logged AS (
+logged AS (  -- the expired leases this claim ended
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT queue, item_key, id, claimed_on, 'claimed', claimed_by, schedule_on,
-           jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1,
-                              'lease_expires_at', lease_expires_on)
-    FROM claimed
+    SELECT c.queue, c.item_key, c.id, c.claimed_on, 'lease_expired', 'tickler', c.schedule_on,
+           tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
+                              c.claimed_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
+                              x.claimed_expires_on, x.lease_id, x.attempt, c.group_key, c.schedule_on)
+    FROM claimed AS c
+    JOIN expired AS x ON x.id = c.id
+    ORDER BY c.id
 )
-SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.schedule_on, c.id;
+-- One row per claimed event, with whether its claim ended an expired lease; `died`: how many
+-- events died of an expired lease (also on the one row of NULLs when nothing was claimed).
+SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died
+FROM died AS d LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
+ORDER BY c.schedule_on, c.id;
+
+-- name: flow_lock
+-- A claim of a paused or limited queue: one claimer of the queue at a time, cluster-wide, until
+-- its transaction ends. The room is read in the next statement (a fresh snapshot, which sees
+-- every lease the previous holder committed).
+SELECT pg_advisory_xact_lock(hashtextextended('tickler_flow/' || :queue, 0));
+
+-- name: flow_room
+-- How many leases and events a claim of this queue may take now (under flow_lock): none while
+-- paused; max_in_flight minus its live leases (an expired lease is over, reaped or not); the
+-- rate minus the events claimed within the window. `db_now` is the time to claim at: read after
+-- the lock was granted, so that claimed_on follows the order in which claimers held it. The
+-- queue's settings come along: read in the snapshot that finds the events, they are never older
+-- than the claim (a signing secret rotated just before an event was scheduled signs it).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), clock_timestamp()) AS now),
+settings AS (
+    SELECT q.*, greatest(1.0, 1.0 / q.rate_per_second) AS window_seconds FROM tickler_queue AS q WHERE q.name = :queue
+),
+recent AS (
+    SELECT coalesce(sum(w.n), 0) AS events, min(w.at) AS oldest
+    FROM settings AS s CROSS JOIN clock
+    CROSS JOIN LATERAL unnest(s.rate_window_at, s.rate_window_n) AS w (at, n)
+    WHERE w.at > clock.now - make_interval(secs => s.window_seconds)
+)
+SELECT s.*, clock.now AS db_now,
+       -- live leases through the lease-expiry indexes: one lease per ungrouped event, one per group
+       CASE WHEN s.max_in_flight IS NULL THEN NULL ELSE s.max_in_flight - (
+           SELECT count(*) FROM tickler_event AS e
+           WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
+             AND e.lease_expires_on > clock.now) - (
+           SELECT count(DISTINCT e.lease_id) FROM tickler_event AS e
+           WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
+             AND e.lease_expires_on > clock.now) END AS lease_room,
+       CASE WHEN s.rate_per_second IS NULL THEN NULL
+            ELSE floor(s.rate_per_second * s.window_seconds + 1e-9)::integer - r.events END AS event_room,
+       -- when the window has room again: its oldest claim leaves it
+       r.oldest + make_interval(secs => s.window_seconds) AS rate_room_at
+FROM settings AS s CROSS JOIN clock CROSS JOIN recent AS r;
+
+-- name: flow_record
+-- Add a claim of a rate-limited queue to its window (under flow_lock), dropping what left it.
+UPDATE tickler_queue AS q
+SET (rate_window_at, rate_window_n) = (
+    SELECT array_agg(w.at ORDER BY w.at) || CAST(:at AS timestamptz),
+           array_agg(w.n ORDER BY w.at) || CAST(:events AS integer)
+    FROM unnest(q.rate_window_at, q.rate_window_n) AS w (at, n)
+    WHERE w.at > CAST(:at AS timestamptz) - make_interval(secs => greatest(1.0, 1.0 / q.rate_per_second)))
+WHERE q.name = :queue AND q.rate_per_second IS NOT NULL;
 
 -- name: has_due_groups
--- Whether a queue has due, unleased grouped events: a group claim opens its transaction only then.
-SELECT EXISTS (
+-- Whether a queue has due, unleased grouped events, or grouped events whose lease expired: a
+-- group claim opens its transaction only then.
+SELECT (EXISTS (
     SELECT 1 FROM tickler_event
     WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NOT NULL
       AND schedule_on <= coalesce(CAST(:now AS timestamptz), now())
-) AS found;
+) OR EXISTS (
+    SELECT 1 FROM tickler_event
+    WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NOT NULL AND group_key IS NOT NULL
+      AND lease_expires_on <= coalesce(CAST(:now AS timestamptz), now())
+)) AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
+                                  FROM tickler_queue AS q WHERE q.name = :queue)) AS found;
 
 -- name: lock_due_groups
--- Choose up to :limit groups of a queue that have due events and no lease, and take a
+-- Choose up to :limit groups of a queue that have due events and no live lease, and take a
 -- transaction-level advisory lock on each (skipping groups another claimer is locking now).
 -- Only the chosen candidates are locked: the lock runs on the limited, ordered candidate list.
+-- A group whose lease expired without being ended yet is a candidate too: the lease of each
+-- chosen group ends here (tickler_end_expired_leases(), as the reaper would end it), so that
+-- claim_groups, the next statement, finds its events claimable (or dead).
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+open_queue AS (
+    SELECT CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
+                                      FROM tickler_queue AS q WHERE q.name = :queue) AS open
+),
 due AS (
-    SELECT e.group_key, e.schedule_on, e.id FROM tickler_event AS e
-    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NOT NULL
-      AND e.schedule_on <= (SELECT now FROM clock)
-    ORDER BY e.schedule_on, e.id
-    LIMIT :scan
+    (SELECT e.group_key, e.schedule_on, e.id FROM tickler_event AS e
+     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NOT NULL
+       AND e.schedule_on <= (SELECT now FROM clock) AND (SELECT open FROM open_queue)
+     ORDER BY e.schedule_on, e.id
+     LIMIT :scan)
+    UNION ALL
+    (SELECT e.group_key, e.schedule_on, e.id FROM tickler_event AS e
+     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
+       AND e.lease_expires_on <= (SELECT now FROM clock) AND (SELECT open FROM open_queue)
+     ORDER BY e.lease_expires_on
+     LIMIT :scan)
 ),
 groups AS MATERIALIZED (
     SELECT d.group_key, min(d.schedule_on) AS first_due FROM due AS d
     WHERE NOT EXISTS (
         SELECT 1 FROM tickler_event AS l
         WHERE l.queue = :queue AND l.group_key = d.group_key
-          AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL)
+          AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL AND l.lease_expires_on > (SELECT now FROM clock))
     GROUP BY d.group_key
     ORDER BY first_due, d.group_key
+),
+chosen AS MATERIALIZED (
+    SELECT g.group_key FROM groups AS g
+    WHERE pg_try_advisory_xact_lock(hashtextextended(:queue || '/' || g.group_key, 0))
+    LIMIT :limit
+),
+leased AS MATERIALIZED (  -- a chosen group's leased rows: its lease is over (live ones are not chosen)
+    SELECT l.id FROM tickler_event AS l JOIN chosen AS c ON l.group_key = c.group_key
+    WHERE l.queue = :queue AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL
+),
+ended AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM leased) THEN (
+        SELECT count(*) FROM tickler_end_expired_leases(ARRAY(SELECT id FROM leased), 'tickler', (SELECT now FROM clock))
+    ) ELSE 0 END AS n
 )
-SELECT g.group_key FROM groups AS g
-WHERE pg_try_advisory_xact_lock(hashtextextended(:queue || '/' || g.group_key, 0))
-LIMIT :limit;
+SELECT c.group_key, e.n AS leases_ended FROM chosen AS c CROSS JOIN ended AS e;
 
 -- name: claim_groups
 -- Lease every due event of each locked group, one lease per group. Runs after lock_due_groups in
@@ -477,17 +489,11 @@ claimed AS (
         claimed_by = :worker,
         lease_id = m.lease_id,
         lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
         version = e.version + 1
     FROM members AS m CROSS JOIN clock
     WHERE e.id = m.id AND e.id = ANY(ARRAY(SELECT id FROM members))  -- primary-key lookups (see claim_events)
     RETURNING e.*
-),
-logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT queue, item_key, id, claimed_on, 'claimed', claimed_by, schedule_on,
-           jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1,
-                              'lease_expires_at', lease_expires_on, 'group_key', group_key)
-    FROM claimed
 )
 SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.group_key, c.schedule_on, c.id;
 
@@ -508,7 +514,9 @@ finished AS (
 logged AS (
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
     SELECT queue, item_key, id, dequeued_on, 'delivered', dequeued_by, schedule_on,
-           jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1)
+           tickler_with_claim(jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1),
+                              dequeued_on, dequeued_by, schedule_on, claimed_on, claimed_by, claimed_expires_on,
+                              lease_id, redeliver_count + 1, group_key, schedule_on)
     FROM finished
 ),
 wake AS (
@@ -525,13 +533,12 @@ GROUP BY f.lease_id, f.queue;
 -- dead when its attempts are used up or :dead says so.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 failing AS (
-    SELECT e.id,
-           (CAST(:dead AS boolean) OR e.redeliver_count + 1 >= e.max_attempts) AS is_dead,
+    SELECT e.id, e.schedule_on AS claim_schedule_on,
+           (CAST(:dead AS boolean) OR tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts)) AS is_dead,
            coalesce(
                CAST(:retry_in_seconds AS double precision),
-               least(q.backoff_max_seconds,
-                     q.backoff_initial_seconds * power(q.backoff_multiplier, e.redeliver_count))
-               * (1 - 0.25 * random())
+               tickler_backoff_seconds(q.backoff_initial_seconds, q.backoff_max_seconds, q.backoff_multiplier,
+                                       e.redeliver_count)
            ) AS retry_in
     FROM tickler_event AS e
     JOIN tickler_queue AS q ON q.name = e.queue
@@ -544,7 +551,7 @@ changed AS (
     SET lease_id = NULL,
         lease_expires_on = NULL,
         last_error = CAST(:error AS text),
-        redeliver_count = CASE WHEN f.is_dead THEN e.redeliver_count ELSE e.redeliver_count + 1 END,
+        redeliver_count = e.redeliver_count + 1,  -- every failed attempt, the last one included
         schedule_on = CASE WHEN f.is_dead THEN e.schedule_on
                            ELSE clock.now + make_interval(secs => f.retry_in) END,
         dequeued_on = CASE WHEN f.is_dead THEN clock.now END,
@@ -553,20 +560,22 @@ changed AS (
         version = e.version + 1
     FROM failing AS f CROSS JOIN clock
     WHERE e.id = f.id AND e.id = ANY(ARRAY(SELECT id FROM failing))  -- primary-key lookups (see claim_events)
-    RETURNING e.*, f.is_dead, CAST(:lease_id AS uuid) AS old_lease_id
+    RETURNING e.*, f.is_dead, f.claim_schedule_on, CAST(:lease_id AS uuid) AS old_lease_id
 ),
 logged AS (
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
     SELECT c.queue, c.item_key, c.id, clock.now,
            CASE WHEN c.is_dead THEN 'dead' ELSE 'failed' END, c.claimed_by, c.schedule_on,
-           jsonb_strip_nulls(jsonb_build_object(
+           tickler_with_claim(jsonb_strip_nulls(jsonb_build_object(
                'lease_id', c.old_lease_id,
-               'attempt', CASE WHEN c.is_dead THEN c.redeliver_count + 1 ELSE c.redeliver_count END,
+               'attempt', c.redeliver_count,
                'error', c.last_error,
                'retry_at', CASE WHEN c.is_dead THEN NULL ELSE c.schedule_on END,
                'reason', CASE WHEN NOT c.is_dead THEN NULL
                               WHEN CAST(:dead AS boolean) THEN 'receiver said stop'
-                              ELSE 'attempts exhausted' END))
+                              ELSE 'attempts exhausted' END)),
+               clock.now, c.claimed_by, c.schedule_on, c.claimed_on, c.claimed_by, c.claimed_expires_on,
+               c.old_lease_id, c.redeliver_count, c.group_key, c.claim_schedule_on)
     FROM changed AS c CROSS JOIN clock
 ),
 wake AS (
@@ -591,14 +600,16 @@ WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 released AS (
     UPDATE tickler_event AS e
     SET lease_id = NULL, lease_expires_on = NULL, version = e.version + 1
-    FROM clock
-    WHERE e.lease_id = ANY(CAST(:lease_ids AS uuid[])) AND e.dequeued_on IS NULL
+    FROM clock, unnest(CAST(:lease_ids AS uuid[])) AS l (lease_id)  -- l: the lease each row had
+    WHERE e.lease_id = l.lease_id AND e.dequeued_on IS NULL
       AND e.lease_expires_on > clock.now
-    RETURNING e.*, CAST(:actor AS text) AS actor
+    RETURNING e.*, CAST(:actor AS text) AS actor, l.lease_id AS old_lease_id
 ),
 logged AS (
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT r.queue, r.item_key, r.id, clock.now, 'released', r.actor, r.schedule_on, '{}'
+    SELECT r.queue, r.item_key, r.id, clock.now, 'released', r.actor, r.schedule_on,
+           tickler_with_claim('{}', clock.now, r.actor, r.schedule_on, r.claimed_on, r.claimed_by,
+                              r.claimed_expires_on, r.old_lease_id, r.redeliver_count + 1, r.group_key, r.schedule_on)
     FROM released AS r CROSS JOIN clock
 ),
 wake AS (
@@ -622,6 +633,12 @@ SELECT * FROM tickler_queue WHERE delivery_mode = 'webhook' ORDER BY name;
 SELECT id, principal, is_admin, queues, created_on, revoked_on FROM tickler_token ORDER BY id DESC;
 
 -- name: revoke_token
--- Revoke a token; returns it (no row: no such token).
+-- Revoke a token; returns it (no row: no such token). Every API process listening on
+-- tickler_cache drops the token from its cache when this commits ('token:' || hex of its hash).
+WITH revoked AS (
 UPDATE tickler_token SET revoked_on = coalesce(revoked_on, now()) WHERE id = :id
-RETURNING id, principal, is_admin, queues, created_on, revoked_on;
+RETURNING id, principal, is_admin, queues, created_on, revoked_on, token_hash
+),
+dropped AS (SELECT pg_notify('tickler_cache', 'token:' || encode(token_hash, 'hex')) FROM revoked)
+SELECT id, principal, is_admin, queues, created_on, revoked_on
+FROM revoked CROSS JOIN (SELECT count(*) AS notified FROM dropped) AS d;

@@ -1,4 +1,7 @@
-"""Loads the named queries of `queries.sql` once, as SQLAlchemy `text()` statements."""
+"""Loads the named queries of the package's SQL files once, as SQLAlchemy `text()` statements.
+
+`queries.sql` holds the event life cycle; other `*.sql` files beside it hold one area each
+(e.g. `operations.sql`). A name may be defined once across all of them."""
 
 from __future__ import annotations
 
@@ -28,8 +31,17 @@ def parse_queries(source: str) -> dict[str, str]:
 
 @cache
 def queries() -> dict[str, sa.TextClause]:
-    source = resources.files("scheduler").joinpath("queries.sql").read_text(encoding="utf-8")
-    return {name: sa.text(sql) for name, sql in parse_queries(source).items()}
+    found: dict[str, sa.TextClause] = {}
+    files = sorted(
+        (entry for entry in resources.files("tickler.scheduler").iterdir() if entry.name.endswith(".sql")),
+        key=lambda entry: entry.name,
+    )
+    for entry in files:
+        for name, sql in parse_queries(entry.read_text(encoding="utf-8")).items():
+            if name in found:
+                raise ValueError(f"query {name!r} is defined twice ({entry.name})")
+            found[name] = sa.text(sql)
+    return found
 
 
 def q(name: str) -> sa.TextClause:

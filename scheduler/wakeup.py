@@ -4,18 +4,22 @@ Waiters take a `mark()` before they look for work and then `wait(mark, ...)`: a 
 that arrives between the look and the wait is not lost, because it moves the generation counter
 past the mark. While the LISTEN connection is down, every waiter is woken (so it polls), and
 `connected` is cleared so that dispatchers shorten their sleeps until it is back.
+
+The same connection also listens on CACHE_CHANNEL, whose notifications wake no one: they go,
+with every settings change ("~" + queue), to the callbacks given to `subscribe()` (the API's
+caches of tokens and queues), and UNKNOWN goes to them whenever notifications may have been missed.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import psycopg
 import structlog
 from psycopg import sql
 
-from scheduler.db import libpq_url
+from tickler.scheduler.db import libpq_url
 
 log = structlog.get_logger(__name__)
 
@@ -24,6 +28,8 @@ CHANNEL = "tickler_wake"
 UNKNOWN = "*"
 # A payload starting with it says a queue's settings changed (queue names never contain it).
 SETTINGS_CHANGED = "~"
+# Cached things that changed: "token:<hex of the token's sha256>" (revoked).
+CACHE_CHANNEL = "tickler_cache"
 
 
 class WakeupListener:
@@ -37,6 +43,7 @@ class WakeupListener:
         self._recent: set[str] = set()  # queues notified since take_recent()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._subscribers: list[Callable[[str], None]] = []
         self.connected = threading.Event()
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -46,6 +53,21 @@ class WakeupListener:
             self._thread = threading.Thread(target=self._run, name="tickler-listen", daemon=True)
             self._thread.start()
         return self
+
+    def subscribe(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(payload)` from the listening thread for each CACHE_CHANNEL notification,
+        each settings change ("~" + queue), and UNKNOWN when notifications may have been missed."""
+        with self._cond:
+            self._subscribers.append(callback)
+
+    def _publish(self, payload: str) -> None:
+        with self._cond:
+            subscribers = list(self._subscribers)
+        for callback in subscribers:
+            try:
+                callback(payload)
+            except Exception:  # a subscriber's bug must not stop the wake-ups
+                log.exception("listen_subscriber_error", payload=payload)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -103,15 +125,22 @@ class WakeupListener:
             try:
                 with psycopg.connect(self._url, autocommit=True, application_name="tickler-listen") as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CACHE_CHANNEL)))
                     self.connected.set()
                     with self._cond:
                         # Notifications sent while we were not listening are lost: whoever
                         # waits must look again, and must not assume it knows every queue.
                         self._recent.add(UNKNOWN)
+                    self._publish(UNKNOWN)
                     self.poke()
                     while not self._stopping.is_set():
                         for notification in conn.notifies(timeout=1.0):
-                            self._notified(notification.payload)
+                            if notification.channel == CACHE_CHANNEL:
+                                self._publish(notification.payload)
+                            else:
+                                if notification.payload.startswith(SETTINGS_CHANGED):
+                                    self._publish(notification.payload)
+                                self._notified(notification.payload)
                             if self._stopping.is_set():
                                 break
             except psycopg.Error as error:
@@ -119,5 +148,6 @@ class WakeupListener:
                     log.warning("listen_connection_lost", error=str(error))
             finally:
                 self.connected.clear()
+                self._publish(UNKNOWN)
                 self.poke()
             self._stopping.wait(self._reconnect_delay)

@@ -1,6 +1,6 @@
 """The embeddable worker (SPEC §5): register a handler per queue, then run.
 
-    from scheduler.worker import Worker
+    from tickler.scheduler.worker import Worker
 
     worker = Worker()                      # settings from TICKLER_* environment variables
 
@@ -22,21 +22,22 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import asdict
 from types import FrameType
 from typing import Any
 
 import sqlalchemy as sa
 import structlog
 
-from config import Settings
-from scheduler.db import create_engine, resolve_database_url
-from scheduler.delivery import Deliverer
-from scheduler.delivery.handlers import EventHandler, GroupHandler, HandlerDeliverer, Handlers
-from scheduler.delivery.webhook import WebhookDeliverer
-from scheduler.dispatcher import Dispatcher, DispatcherConfig
-from scheduler.migrate import migrate
-from scheduler.store import Store
-from scheduler.wakeup import WakeupListener
+from tickler.config import Settings
+from tickler.scheduler.db import DATABASE_ERRORS, create_engine, resolve_database_url
+from tickler.scheduler.delivery import Deliverer
+from tickler.scheduler.delivery.handlers import EventHandler, GroupHandler, HandlerDeliverer, Handlers
+from tickler.scheduler.delivery.webhook import WebhookDeliverer
+from tickler.scheduler.dispatcher import Dispatcher, DispatcherConfig
+from tickler.scheduler.migrate import migrate
+from tickler.scheduler.store import Store
+from tickler.scheduler.wakeup import WakeupListener
 
 log = structlog.get_logger(__name__)
 
@@ -44,8 +45,14 @@ log = structlog.get_logger(__name__)
 def _warn_without_autovacuum(engine: sa.Engine) -> None:
     """Without autovacuum, dead entries pile up in the claim indexes and every claim slows down
     (see migrations/0004_vacuum.sql): say so where operators look."""
-    with engine.connect() as conn:
-        setting = conn.execute(sa.text("SHOW autovacuum")).scalar()
+    try:
+        with engine.connect() as conn:
+            setting = conn.execute(sa.text("SHOW autovacuum")).scalar()
+    except DATABASE_ERRORS as error:
+        # The database is away (restarting): the dispatcher's loops wait for it; starting must
+        # not fail for a warning.
+        log.warning("autovacuum_unknown", error=str(error).splitlines()[0])
+        return
     if setting != "on":
         log.warning(
             "autovacuum_off",
@@ -70,7 +77,8 @@ class Worker:
         engine: sa.Engine | None = None,
         **config: Any,
     ) -> None:
-        """`config` sets DispatcherConfig fields (batch_size, concurrency, poll_interval, ...)."""
+        """`config` sets DispatcherConfig fields (batch_size, concurrency, poll_interval, ...); the
+        others are the settings' (`settings.worker`: TICKLER_WORKER_* or the defaults)."""
         self.handlers = handlers or Handlers()
         self.settings = settings or Settings.from_env()
         self._database_url = database_url
@@ -102,7 +110,7 @@ class Worker:
         self._dispatcher = Dispatcher(
             Store(self._engine),
             WakeupListener(url),
-            DispatcherConfig(worker_name=self.name, **self._config),
+            DispatcherConfig(worker_name=self.name, **(asdict(self.settings.worker) | self._config)),
             deliverers=deliverers,
             webhook=WebhookDeliverer() if self.deliver_webhooks else None,
         ).start()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,19 +15,27 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
-from werkzeug.serving import make_server
 
-from api import create_app
-from config import Settings
-from scheduler.db import create_engine, libpq_url
-from scheduler.migrate import migrate
-from scheduler.models import Queue
-from scheduler.store import QueueSettings, Store
 from tests import pg
+from tests.helpers_http import serving_app
+from tickler.api import create_app
+from tickler.config import Settings
+from tickler.scheduler.db import create_engine, libpq_url
+from tickler.scheduler.delivery.webhook import WebhookDeliverer
+from tickler.scheduler.dispatcher import Dispatcher, DispatcherConfig
+from tickler.scheduler.migrate import migrate
+from tickler.scheduler.models import Queue
+from tickler.scheduler.store import QueueSettings, Store
+from tickler.scheduler.wakeup import WakeupListener
+
+# The Python client's fixtures (admin, tickler), for tests/test_client_*.py; the pipeline's (spark,
+# pipeline_db), for tests/test_pipeline_*.py.
+pytest_plugins = ["tests.client_fixtures", "tests.pipeline_fixtures"]
 
 TABLES = (
     "tickler_event, tickler_timeline, tickler_queue_count, tickler_token, tickler_queue, "
-    "tickler_archived_key, tickler_archive_item, tickler_archive_run"
+    "tickler_archived_key, tickler_archive_item, tickler_archive_run, tickler_minute_stat, tickler_ui_secret, "
+    "tickler_schedule, tickler_import_reject, tickler_import_batch, tickler_import"
 )
 
 
@@ -94,6 +101,7 @@ def store(engine: sa.Engine) -> Store:
 def app(settings: Settings) -> Iterator[Flask]:
     app = create_app(settings, configure_logs=False)
     yield app
+    app.extensions["tickler.pull"].stop()
     listener = app.extensions.get("tickler.listener")
     if listener is not None:
         listener.stop()
@@ -139,11 +147,20 @@ def emails(client: FlaskClient, admin_token: str) -> str:
 
 
 @pytest.fixture
+def webhook_dispatcher(store: Store, database_url: str) -> Iterator[Dispatcher]:
+    """A running dispatcher that delivers webhook queues (reaping every 0.2 s: retries come soon)."""
+    dispatcher = Dispatcher(
+        store,
+        WakeupListener(database_url),
+        DispatcherConfig(worker_name="hooks-test", reap_interval=0.2),
+        webhook=WebhookDeliverer(),
+    ).start()
+    yield dispatcher
+    dispatcher.stop()
+
+
+@pytest.fixture
 def live_server(app: Flask) -> Iterator[str]:
     """The app behind a real threaded HTTP server on a free local port; yields its base URL."""
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    thread.join(timeout=10)
+    with serving_app(app) as url:
+        yield url

@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from scheduler.db import libpq_url
+from tickler.scheduler.db import libpq_url
 
 
 def start_embedded_server(directory: Path) -> str:

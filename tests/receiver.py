@@ -1,14 +1,17 @@
-"""A real local HTTP receiver for webhook tests: answers from a script, records what it got."""
+"""Real local HTTP receivers for webhook tests (and the webhook burst benchmark): one answers from a
+script and records what it got; the modest one is the plain receiver a new user writes first."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.helpers_http import QuietHandler, serving
 
 
 @dataclass
@@ -40,7 +43,7 @@ class Receiver:
 def running_receiver(script: list[tuple[int, dict[str, str]]] | None = None) -> Iterator[Receiver]:
     receiver = Receiver(url="", script=list(script or []))
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             with receiver.changed:
@@ -53,16 +56,31 @@ def running_receiver(script: list[tuple[int, dict[str, str]]] | None = None) -> 
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    receiver.url = f"http://127.0.0.1:{server.server_port}/hooks"
-    try:
+    with serving(Handler) as base:
+        receiver.url = f"{base}/hooks"
         yield receiver
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+
+
+@contextmanager
+def modest_receiver() -> Iterator[tuple[dict[int, float], str]]:
+    """The receiver a new user writes first: a plain standard-library ThreadingHTTPServer, listen
+    backlog 5 (socketserver's default), HTTP/1.0 (a new connection per request). Yields
+    {event id: first arrival time} and its URL."""
+    arrived: dict[int, float] = {}
+    lock = threading.Lock()
+
+    class Handler(QuietHandler):
+        protocol_version = "HTTP/1.0"
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            now = time.time()
+            with lock:
+                for event in body["events"]:
+                    arrived.setdefault(event["id"], now)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    with serving(Handler, backlog=5) as base:  # the default, spelled out: the burst test's point
+        yield arrived, f"{base}/hooks"

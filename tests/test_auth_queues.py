@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from scheduler.sql import q
-from scheduler.store import Store
 from tests.conftest import auth
 from tests.helpers import PROBLEM, assert_problem, key_url, put_in_flight, rows, schedule
+from tickler.scheduler.sql import q
+from tickler.scheduler.store import Store
 
 
 @pytest.mark.parametrize(

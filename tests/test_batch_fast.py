@@ -7,14 +7,16 @@ from typing import Any
 import pytest
 from marshmallow import ValidationError
 
-from api.batch_fast import data_is_certainly_storable, valid_batch
-from api.schemas import BatchSchema
+from tickler.api.batch_fast import data_is_certainly_storable, valid_batch
+from tickler.api.schemas.events import BatchSchema
 
 GOOD = {"item_key": "welcome:ana@example.com", "data": {"a": 1}}
 
 CASES: list[dict[str, Any]] = [
     {"events": [GOOD]},
     {"events": [GOOD], "on_conflict": "replace"},
+    {"events": [GOOD], "on_conflict": "debounce"},
+    {"events": [GOOD], "on_conflict": "debounce", "debounce_max_seconds": 60},
     {"events": [{**GOOD, "group_key": "g", "schedule_on": "2026-11-22T09:00:00+01:00", "max_attempts": 3}]},
     {"events": [{**GOOD, "group_key": None, "delay_seconds": 0}]},
     {"events": [{**GOOD, "delay_seconds": 1.5}, {"item_key": "other", "data": {}}]},
@@ -23,6 +25,10 @@ CASES: list[dict[str, Any]] = [
     {"events": [GOOD, GOOD]},
     {"events": [GOOD], "extra": 1},
     {"events": [GOOD], "on_conflict": "merge"},
+    {"events": [GOOD], "debounce_max_seconds": 60},
+    {"events": [GOOD], "on_conflict": "debounce", "debounce_max_seconds": -1},
+    {"events": [GOOD], "on_conflict": "debounce", "debounce_max_seconds": "60"},
+    {"events": [GOOD], "on_conflict": None},
     {"events": GOOD},
     {"events": [{**GOOD, "extra": 1}]},
     {"events": [{"item_key": "k"}]},
@@ -61,8 +67,9 @@ def test_fast_path_agrees_with_the_schema(body: dict[str, Any]) -> None:
         assert fast is None  # never accept what the schema refuses
         return
     assert fast is not None, "a valid batch should take the fast path"
-    events, on_conflict = fast
+    events, on_conflict, debounce_max = fast
     assert on_conflict == loaded["on_conflict"]
+    assert debounce_max == loaded.get("debounce_max_seconds")
     for event, item in zip(events, loaded["events"], strict=True):
         assert event.item_key == item["item_key"] and event.data == item["data"]
         assert event.group_key == item.get("group_key")

@@ -12,9 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from scheduler.errors import StaleLease
-from scheduler.models import Lease, NewEvent, Queue
-from scheduler.store import Store
+from tickler.scheduler.errors import StaleLease
+from tickler.scheduler.models import Lease, NewEvent, Queue
+from tickler.scheduler.store import Store
 
 
 def schedule(store: Store, queue: Queue, *events: NewEvent) -> None:
@@ -24,6 +24,14 @@ def schedule(store: Store, queue: Queue, *events: NewEvent) -> None:
 
 def db_now(raw: psycopg.Connection[Any]) -> Any:
     return raw.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+
+
+def claim_one(store: Store, make_queue: Callable[..., Queue], worker: str, **settings: Any) -> tuple[Queue, Lease]:
+    """The queue `emails` made with `settings`, with one event, `k`, claimed by `worker`."""
+    queue = make_queue("emails", **settings)
+    schedule(store, queue, NewEvent(item_key="k", data={}))
+    [lease] = store.leases.claim(queue, worker=worker, limit=1)
+    return queue, lease
 
 
 def test_classic_race_two_pollers_batch_two_three_events(store: Store, make_queue: Callable[..., Queue]) -> None:
@@ -130,9 +138,7 @@ def test_six_concurrent_claimers_never_split_or_duplicate_a_group(
 def test_stale_ack_after_expiry_and_reclaim_is_refused(
     store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
 ) -> None:
-    queue = make_queue("emails", lease_seconds=10)
-    schedule(store, queue, NewEvent(item_key="k", data={}))
-    [old] = store.leases.claim(queue, worker="slow", limit=1)
+    queue, old = claim_one(store, make_queue, "slow", lease_seconds=10)
     later = db_now(raw) + timedelta(seconds=11)
     assert store.leases.expire(now=later) == {"emails": 1}
     [new] = store.leases.claim(queue, worker="fast", limit=1, now=later)
@@ -158,9 +164,7 @@ def test_stale_ack_after_expiry_and_reclaim_is_refused(
 def test_an_expired_lease_cannot_be_finished_even_before_it_is_reaped(
     store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
 ) -> None:
-    queue = make_queue("emails", lease_seconds=5)
-    schedule(store, queue, NewEvent(item_key="k", data={}))
-    [lease] = store.leases.claim(queue, worker="w", limit=1)
+    _, lease = claim_one(store, make_queue, "w", lease_seconds=5)
     with pytest.raises(StaleLease):
         store.leases.ack_one(lease.lease_id, now=db_now(raw) + timedelta(seconds=6))
     assert store.events.get("emails", "k").status == "in_flight"
@@ -186,11 +190,12 @@ def test_nack_counts_redelivery_backs_off_and_ends_dead(
             now = event.schedule_on
         else:
             assert (result.retried, result.dead) == (0, 1)
-            assert (event.status, event.redeliver_count) == ("dead", 2)
+            assert (event.status, event.redeliver_count) == ("dead", 3)  # the last failure counts too
     # exponential with jitter: 10 * 3^n, scaled into [0.75, 1]
     assert 7.5 <= delays[0] <= 10 and 22.5 <= delays[1] <= 30
-    actions = [t.action for t in store.events.timeline("emails", "k")]
-    assert actions == ["enqueued", "claimed", "failed", "claimed", "failed", "claimed", "dead"]
+    entries = store.events.timeline("emails", "k")
+    assert [t.action for t in entries] == ["enqueued", "claimed", "failed", "claimed", "failed", "claimed", "dead"]
+    assert [t.details["attempt"] for t in entries if t.action in ("failed", "dead")] == [1, 2, 3]
 
 
 def test_nack_retry_in_seconds_and_dead_flag(
@@ -204,7 +209,7 @@ def test_nack_retry_in_seconds_and_dead_flag(
     assert store.events.get("emails", a.events[0].item_key).schedule_on == now + timedelta(seconds=120)
     store.leases.nack(b.lease_id, error="gone", dead=True, now=now)
     dead = store.events.get("emails", b.events[0].item_key)
-    assert (dead.status, dead.redeliver_count) == ("dead", 0)
+    assert (dead.status, dead.redeliver_count) == ("dead", 1)  # a failed attempt like any other
     assert store.events.timeline("emails", dead.item_key)[-1].details["reason"] == "receiver said stop"
 
 
@@ -224,9 +229,7 @@ def test_extend_keeps_the_lease_alive(
 def test_release_makes_events_claimable_at_once_without_counting(
     store: Store, make_queue: Callable[..., Queue]
 ) -> None:
-    queue = make_queue("emails", lease_seconds=300)
-    schedule(store, queue, NewEvent(item_key="k", data={}))
-    [lease] = store.leases.claim(queue, worker="w1", limit=1)
+    queue, lease = claim_one(store, make_queue, "w1", lease_seconds=300)
     assert store.leases.release([lease.lease_id], actor="w1") == 1
     [again] = store.leases.claim(queue, worker="w2", limit=1)
     assert again.events[0].redeliver_count == 0
@@ -236,10 +239,10 @@ def test_release_makes_events_claimable_at_once_without_counting(
 def test_lease_expiry_on_the_last_attempt_ends_dead(
     store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
 ) -> None:
-    queue = make_queue("emails", lease_seconds=5, max_attempts=1)
-    schedule(store, queue, NewEvent(item_key="k", data={}))
-    store.leases.claim(queue, worker="w", limit=1)
+    claim_one(store, make_queue, "w", lease_seconds=5, max_attempts=1)
     store.leases.expire(now=db_now(raw) + timedelta(seconds=6))
     event = store.events.get("emails", "k")
-    assert (event.status, event.dequeued_by) == ("dead", "tickler")
-    assert [t.action for t in store.events.timeline("emails", "k")][-2:] == ["lease_expired", "dead"]
+    assert (event.status, event.dequeued_by, event.redeliver_count) == ("dead", "tickler", 1)
+    entries = store.events.timeline("emails", "k")
+    assert [t.action for t in entries][-2:] == ["lease_expired", "dead"]
+    assert entries[-1].details["attempts"] == 1

@@ -67,7 +67,7 @@ def _env(data_dir: Path) -> dict[str, str]:
 
 
 def _tickler(*args: str) -> list[str]:
-    return [sys.executable, "-m", "cli", *args]
+    return [sys.executable, "-m", "tickler.cli", *args]
 
 
 class Serve:

@@ -8,23 +8,25 @@ import signal
 import subprocess
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from config import Settings
-from scheduler.db import create_engine, libpq_url
-from scheduler.migrate import migrate
-from scheduler.models import NewEvent
-from scheduler.store import QueueSettings, Store
 from tests import pg
 from tests.helpers_wait import wait_until
 from tests.workers.spawn import handled, logs, start_worker, stop_workers
+from tickler.config import Settings
+from tickler.scheduler.db import create_engine, libpq_url
+from tickler.scheduler.migrate import migrate
+from tickler.scheduler.models import NewEvent
+from tickler.scheduler.store import QueueSettings, Store
 
 TEST_SETTINGS = Settings()
+
+Spawn = Callable[..., subprocess.Popen[bytes]]
 
 
 def scalar(raw: psycopg.Connection[Any], sql: str, *params: object) -> Any:
@@ -49,20 +51,26 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     stop_workers(started)
 
 
+@pytest.fixture
+def spawn(database_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]) -> Spawn:
+    """Start a worker process on the test database, its output and records in tmp_path; stopped after the test."""
+
+    def start(*args: str, name: str, **env: str) -> subprocess.Popen[bytes]:
+        processes.append(start_worker(database_url, tmp_path, *args, name=name, **env))
+        return processes[-1]
+
+    return start
+
+
 # -- SIGKILL in the middle of a delivery -------------------------------------------------------------
 
 
 def test_worker_killed_mid_delivery_event_is_redelivered_after_its_lease(
-    database_url: str,
-    store: Store,
-    raw: psycopg.Connection[Any],
-    tmp_path: Path,
-    processes: list[subprocess.Popen[bytes]],
+    store: Store, raw: psycopg.Connection[Any], tmp_path: Path, spawn: Spawn
 ) -> None:
     # A short lease, so the rescue comes soon; long enough to SIGKILL the worker before it runs out.
     queue = store.queues.put("work", QueueSettings(lease_seconds=1.5), TEST_SETTINGS).queue
-    first = start_worker(database_url, tmp_path, name="doomed", BLOCK_KEY="victim")
-    processes.append(first)
+    first = spawn(name="doomed", BLOCK_KEY="victim")
     others = [NewEvent(f"other-{n}", {}) for n in range(20)]
     store.events.schedule_batch(queue, others, actor="test")
     wait_until(lambda: delivered(raw) == 20, timeout=20, what=lambda: logs(tmp_path))
@@ -76,7 +84,7 @@ def test_worker_killed_mid_delivery_event_is_redelivered_after_its_lease(
     victim = store.events.get("work", "victim")
     assert (victim.status, victim.claimed_by, victim.redeliver_count) == ("in_flight", "doomed", 0)
 
-    processes.append(start_worker(database_url, tmp_path, name="rescuer"))
+    spawn(name="rescuer")
     wait_until(lambda: delivered(raw) == 26, timeout=30, what=lambda: f"{delivered(raw)} of 26\n{logs(tmp_path)}")
 
     victim = store.events.get("work", "victim")
@@ -92,25 +100,11 @@ def test_worker_killed_mid_delivery_event_is_redelivered_after_its_lease(
 
 
 def test_sigterm_finishes_short_deliveries_releases_a_hung_one_and_exits(
-    database_url: str,
-    store: Store,
-    raw: psycopg.Connection[Any],
-    tmp_path: Path,
-    processes: list[subprocess.Popen[bytes]],
+    store: Store, raw: psycopg.Connection[Any], tmp_path: Path, spawn: Spawn
 ) -> None:
     # A long lease: were the hung event not released on SIGTERM, it would be stuck for 5 minutes.
     queue = store.queues.put("work", QueueSettings(lease_seconds=300), TEST_SETTINGS).queue
-    worker = start_worker(
-        database_url,
-        tmp_path,
-        "--shutdown-grace",
-        "1",
-        name="leaving",
-        BLOCK_KEY="hung",
-        SLOW_KEY="slow",
-        SLOW_SECONDS="0.3",
-    )
-    processes.append(worker)
+    worker = spawn("--shutdown-grace", "1", name="leaving", BLOCK_KEY="hung", SLOW_KEY="slow", SLOW_SECONDS="0.3")
     store.events.schedule_batch(queue, [NewEvent(f"other-{n}", {}) for n in range(20)], actor="test")
     wait_until(lambda: delivered(raw) == 20, timeout=20, what=lambda: f"{delivered(raw)} of 20\n{logs(tmp_path)}")
     store.events.schedule_batch(queue, [NewEvent("hung", {}), NewEvent("slow", {})], actor="test")
@@ -217,12 +211,17 @@ def test_postgres_restart_during_a_drain_loses_nothing(
     )
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         open_events = scalar(conn, "SELECT count(*) FROM tickler_event WHERE outcome IS DISTINCT FROM 'delivered'")
-        redelivered = scalar(conn, "SELECT count(*) FROM tickler_event WHERE redeliver_count > 0")
+        redelivered = {row[0] for row in conn.execute("SELECT id FROM tickler_event WHERE redeliver_count > 0")}
     assert open_events == 0
     times = handled(tmp_path)
     assert set(times) == ids
-    duplicates = sum(n - 1 for n in times.values())
-    print(f"{mode} restart at {before}/{DRAIN} delivered: {duplicates} handled twice, {redelivered} redelivered")
-    # Only deliveries in flight at the restart may run twice: a handler's work whose ack failed.
-    assert duplicates <= WORKERS * CONCURRENCY
+    twice = {event_id for event_id, n in times.items() if n > 1}
+    print(f"{mode} restart at {before}/{DRAIN} delivered: {len(twice)} handled twice, {len(redelivered)} redelivered")
+    # A handler runs again only for an event whose first outcome the restart lost, and never
+    # silently: the database counted that event as redelivered.
+    assert twice <= redelivered
+    # Lost outcomes are those not yet recorded at the restart: deliveries in progress, and acks
+    # waiting for (or inside) the finisher's commit — how many depends on the machine's speed,
+    # so the bound is a fraction of the drain, not the concurrency.
+    assert len(redelivered) <= DRAIN // 10
     assert all(p.poll() is None for p in processes), logs(tmp_path)  # they rode it out

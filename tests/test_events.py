@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import psycopg
+import pytest
 from flask.testing import FlaskClient
 
 from tests.conftest import auth
@@ -17,6 +18,14 @@ KEY = "welcome:ana@example.com"
 
 def _at(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@pytest.fixture
+def before(client: FlaskClient, emails: str, token: str, raw: psycopg.Connection[Any]) -> tuple[int, int]:
+    """KEY scheduled with {"v": 1} and put in flight; what was written then (events, timeline entries)."""
+    schedule(client, token, KEY, data={"v": 1})
+    put_in_flight(raw, KEY)
+    return written(raw)
 
 
 def test_schedule_returns_202_location_and_etag(client: FlaskClient, emails: str, token: str) -> None:
@@ -97,11 +106,8 @@ def test_replace_updates_in_place_and_bumps_version(
 
 
 def test_replace_of_an_in_flight_event_is_409(
-    client: FlaskClient, emails: str, token: str, raw: psycopg.Connection[Any]
+    client: FlaskClient, token: str, raw: psycopg.Connection[Any], before: tuple[int, int]
 ) -> None:
-    schedule(client, token, KEY, data={"v": 1})
-    put_in_flight(raw, KEY)
-    before = written(raw)
     response = schedule(client, token, KEY, data={"v": 2}, on_conflict="replace")
     body = assert_problem(response, 409)
     assert body["event"]["status"] == "in_flight"
@@ -283,11 +289,8 @@ def test_weak_etag_does_not_match(client: FlaskClient, emails: str, token: str) 
 
 
 def test_patch_and_delete_of_an_in_flight_event_are_409(
-    client: FlaskClient, emails: str, token: str, raw: psycopg.Connection[Any]
+    client: FlaskClient, token: str, raw: psycopg.Connection[Any], before: tuple[int, int]
 ) -> None:
-    schedule(client, token, KEY, data={"v": 1})
-    put_in_flight(raw, KEY)
-    before = written(raw)
     got = client.get(key_url(KEY), headers=auth(token)).json
     assert got["status"] == "in_flight"
     assert got["claimed_by"] == "w"

@@ -7,12 +7,12 @@ from collections.abc import Callable
 import pytest
 from flask.testing import FlaskClient
 
-from config import Settings
 from examples.handlers import handlers
-from scheduler.models import NewEvent, Queue
-from scheduler.store import Store
-from scheduler.worker import Worker
 from tests.helpers_wait import wait_until
+from tickler.config import Settings
+from tickler.scheduler.models import NewEvent, Queue
+from tickler.scheduler.store import Store
+from tickler.scheduler.worker import Worker
 
 
 def metric(client: FlaskClient, name: str, queue: str) -> float:

@@ -12,10 +12,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from scheduler import migrate as migrate_module
-from scheduler.db import libpq_url
-from scheduler.migrate import Migration, MigrationError, available_migrations, migrate, pending_migrations
 from tests import pg
+from tickler.scheduler import migrate as migrate_module
+from tickler.scheduler.db import libpq_url
+from tickler.scheduler.migrate import Migration, MigrationError, available_migrations, migrate, pending_migrations
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,12 +12,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
-from api import create_app
-from config import Settings
-from scheduler.migrate import migrate
 from tests import pg
 from tests.conftest import auth
 from tests.helpers import PROBLEM, schedule
+from tickler.api import create_app
+from tickler.config import Settings
+from tickler.scheduler.migrate import migrate
 
 
 def test_healthz(client: FlaskClient) -> None:

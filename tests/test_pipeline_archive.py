@@ -10,22 +10,24 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from pipeline.archive import ArchiveMismatch, SourceOptions, run_archive
-from pipeline.report import Period, run_report
-from pipeline.source import Source
-from scheduler.store.archive import archived_history
 from tests.test_pipeline_support import (
     PERIOD,
     add_queue,
     at,
     check_known_answers,
     known_history,
-    pipeline_db,  # noqa: F401 (fixture)
     save,
-    spark,  # noqa: F401 (fixture)
 )
+from tickler.pipeline import compact
+from tickler.pipeline.archive import ArchiveMismatch, SourceOptions, run_archive
+from tickler.pipeline.compact import run_compact
+from tickler.pipeline.report import Period, run_report
+from tickler.pipeline.source import Source
+from tickler.scheduler.store.archive import archived_history
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pipeline_db")]
+# A busy 2-core machine: starting Spark and a report over the archive can take two minutes, and a
+# timeout in the middle of a Spark call leaves the shared session unusable for every later test.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pipeline_db"), pytest.mark.timeout(300)]
 
 CUTOFF = at("2026-11-03 00:00:00")  # e1..e10, s1, s2 finished before it; c1, c2, d1, x1 after
 
@@ -52,26 +54,28 @@ def finished_ids(raw: psycopg.Connection[Any]) -> list[int]:
     return [r[0] for r in raw.execute("SELECT id FROM tickler_event WHERE dequeued_on < %s ORDER BY id", [CUTOFF])]
 
 
-def archived(spark: Any, location: Path, table: str) -> Any:  # noqa: F811
+def archived(spark: Any, location: Path, table: str) -> Any:
     return spark.read.parquet(str(location / table))
 
 
-def report_tables(spark: Any, url: str, out: Path) -> dict[str, Any]:  # noqa: F811
+@pytest.fixture
+def history(raw: psycopg.Connection[Any]) -> dict[str, int]:
+    """The known history in two queues, saved; its events' ids by key."""
+    add_queue(raw, "emails")
+    add_queue(raw, "sms")
+    return save(raw, known_history())
+
+
+def report_tables(spark: Any, url: str, out: Path) -> dict[str, Any]:
     since, until = (date.fromisoformat(d) for d in PERIOD)
     with Source(spark, url) as source:
         return run_report(spark, source, out, Period(since, until)).tables
 
 
+@pytest.mark.usefixtures("history")
 def test_archive_survives_a_crash_between_write_and_delete(
-    spark: Any,  # noqa: F811
-    database_url: str,
-    engine: sa.Engine,
-    raw: psycopg.Connection[Any],
-    tmp_path: Path,
+    spark: Any, database_url: str, engine: sa.Engine, raw: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    add_queue(raw, "emails")
-    add_queue(raw, "sms")
-    save(raw, known_history())
     moving = finished_ids(raw)
     assert len(moving) == 12
     entries = one(raw, "SELECT count(*) FROM tickler_timeline WHERE event_id = ANY(%s)", moving)
@@ -99,7 +103,9 @@ def test_archive_survives_a_crash_between_write_and_delete(
     assert archived(spark, location, "timeline").count() == entries
     layout = {(r["queue"], r["date"]) for r in events.select("queue", "date").distinct().collect()}
     assert layout == {("emails", "2026-11-02"), ("sms", "2026-11-02")}
-    assert (location / "events" / "run=1" / "queue=emails" / "date=2026-11-02").is_dir()
+    # queue and day are directories, the run a column: a read of one day lists no other day's files
+    assert (location / "events" / "queue=emails" / "date=2026-11-02").is_dir()
+    assert {r["run"] for r in events.select("run").distinct().collect()} == {1}
 
     # the report reads the archive beside the live tables: the same answers as before
     check_known_answers(report_tables(spark, database_url, tmp_path / "report"))
@@ -116,15 +122,10 @@ def test_archive_survives_a_crash_between_write_and_delete(
     assert run_archive(spark, database_url, location=str(location), cutoff=CUTOFF) == []
 
 
+@pytest.mark.usefixtures("history")
 def test_a_crash_before_verifying_rewrites_the_run_whole(
-    spark: Any,  # noqa: F811
-    database_url: str,
-    raw: psycopg.Connection[Any],
-    tmp_path: Path,
+    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    add_queue(raw, "emails")
-    add_queue(raw, "sms")
-    save(raw, known_history())
     location = tmp_path / "archive"
     options = SourceOptions(mode="snapshot", partitions=3)
     with pytest.raises(Crash):
@@ -132,9 +133,9 @@ def test_a_crash_before_verifying_rewrites_the_run_whole(
                     hook=crash_at("written"))  # fmt: skip
     assert one(raw, "SELECT state FROM tickler_archive_run") == "selected"
     # a half-written retry left a stray file behind in the run's directory
-    stray = location / "events" / "run=1" / "queue=emails" / "date=2026-11-02"
-    first = next(stray.glob("*.parquet"))
-    (stray / "part-stray.parquet").write_bytes(first.read_bytes())
+    stray = location / "events" / "queue=emails" / "date=2026-11-02"
+    first = next(stray.glob("run-1-*.parquet"))
+    (stray / "run-1-part-stray.parquet").write_bytes(first.read_bytes())
     assert archived(spark, location, "events").count() == 12 + 10
 
     # the rerun first finishes run 1 with its own cut-off, then moves what finished before the new one
@@ -149,21 +150,15 @@ def test_a_crash_before_verifying_rewrites_the_run_whole(
 
 
 def test_nothing_is_deleted_when_the_rows_changed_since_they_were_counted(
-    spark: Any,  # noqa: F811
-    database_url: str,
-    raw: psycopg.Connection[Any],
-    tmp_path: Path,
+    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path, history: dict[str, int]
 ) -> None:
-    add_queue(raw, "emails")
-    add_queue(raw, "sms")
-    ids = save(raw, known_history())
     location = str(tmp_path / "archive")
     with pytest.raises(Crash):
         run_archive(spark, database_url, location=location, cutoff=CUTOFF, hook=crash_at("verified"))
     raw.execute(
         "INSERT INTO tickler_timeline (queue, item_key, event_id, action, actor)"
         " VALUES ('sms', 's1', %s, 'updated', 'x')",
-        [ids["s1"]],
+        [history["s1"]],
     )
     entries = one(raw, "SELECT count(*) FROM tickler_timeline")
     with pytest.raises(ArchiveMismatch, match="nothing deleted"):
@@ -171,6 +166,48 @@ def test_nothing_is_deleted_when_the_rows_changed_since_they_were_counted(
     assert one(raw, "SELECT count(*) FROM tickler_timeline") == entries
     assert len(finished_ids(raw)) == 12
     assert one(raw, "SELECT state FROM tickler_archive_run") == "written"
+
+
+def parquet_files(location: Path) -> list[Path]:
+    return sorted(p for p in location.rglob("*.parquet") if not any(part.startswith("_") for part in p.parts))
+
+
+@pytest.mark.usefixtures("history")
+def test_compaction_merges_each_partition_and_keeps_every_row_once(
+    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    location = tmp_path / "archive"
+    # three runs of at most 4 events: several files in each partition
+    for _ in range(3):
+        run_archive(spark, database_url, location=str(location), cutoff=CUTOFF, limit=4)
+    moved = {r["id"] for r in archived(spark, location, "events").select("id").collect()}
+    assert len(moved) == 12 and one(raw, "SELECT count(*) FROM tickler_archive_run") == 3
+    entries = archived(spark, location, "timeline").count()
+    before = parquet_files(location)
+    assert len(before) > 4  # 2 tables x 2 partitions, more than one file in some
+
+    # a compaction that dies once its merged file is ready, before it swapped: the next one finishes
+    swap = compact._swap
+    monkeypatch.setattr(compact, "_swap", lambda *a: (_ for _ in ()).throw(Crash("crashed before the swap")))
+    with pytest.raises(Crash):
+        run_compact(spark, database_url, location=str(location))
+    monkeypatch.setattr(compact, "_swap", swap)
+    assert parquet_files(location) == before  # nothing visible changed
+    result = run_compact(spark, database_url, location=str(location))
+    assert (result.files_after, result.runs_checked) == (4, 3)
+    after = parquet_files(location)
+    assert len(after) == 4 and any(p.name.startswith("compact-") for p in after)  # one file a partition
+    assert not [p for p in location.rglob("_compact-*")]
+    events = archived(spark, location, "events")
+    assert sorted(r["id"] for r in events.select("id").collect()) == sorted(moved)
+    assert archived(spark, location, "timeline").count() == entries
+    assert {r["run"] for r in events.select("run").distinct().collect()} == {1, 2, 3}
+    check_known_answers(report_tables(spark, database_url, tmp_path / "report"))
+
+    # the ledger checks see a lost file
+    after[0].unlink()
+    with pytest.raises(ArchiveMismatch, match="the ledger says"):
+        run_compact(spark, database_url, location=str(location))
 
 
 def test_the_timeline_stays_append_only_outside_the_archive(raw: psycopg.Connection[Any]) -> None:

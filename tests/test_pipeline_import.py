@@ -14,16 +14,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from pipeline.cli import main as pipeline_main
-from pipeline.importer import run_import
-from pipeline.spark import PipelineError
 from tests.test_pipeline_support import (
     add_queue,
-    pipeline_db,  # noqa: F401 (fixture)
-    spark,  # noqa: F401 (fixture)
 )
+from tickler.pipeline.cli import main as pipeline_main
+from tickler.pipeline.importer import run_import
+from tickler.pipeline.spark import PipelineError
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pipeline_db")]
+# The first test also pays for starting Spark, which takes a minute on a busy 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pipeline_db"), pytest.mark.timeout(300)]
 
 FUTURE = (datetime.now(UTC) + timedelta(days=7)).replace(microsecond=0)
 WHEN = FUTURE.isoformat().replace("+00:00", "Z")
@@ -49,6 +48,8 @@ ROWS: list[dict[str, str]] = [
     {"item_key": "big", "data": json.dumps({"x": "y" * 2000})},
     {"item_key": "attempts", "data": "{}", "max_attempts": "0"},
     {"item_key": "nowhere", "data": "{}", "queue": "missing"},
+    {"item_key": "huge", "data": '{"x": 1e400}'},
+    {"item_key": "twice", "data": '{"a": 1, "a": 2}'},
     {"item_key": "welcome:ana@example.com", "data": '{"again": true}'},
 ]  # fmt: skip
 GOOD = 10
@@ -65,7 +66,9 @@ REASONS = {
     20: "data: Event data is",
     21: "max_attempts: Must be greater than or equal to 1",
     22: "queue: No queue named 'missing'.",
-    23: "duplicate: Row 1 has the same queue and item_key.",
+    23: "data: Not valid JSON.",  # 1e400: beyond a float, as the API refuses it
+    24: "data: Not valid JSON.",  # a key twice, as the API refuses it
+    25: "duplicate: Row 1 has the same queue and item_key.",
 }
 FIELDS = ["queue", "item_key", "group_key", "schedule_on", "delay_seconds", "data", "max_attempts"]
 
@@ -95,7 +98,7 @@ def queues(raw: psycopg.Connection[Any]) -> None:
     add_queue(raw, "sms")
 
 
-def do_import(spark: Any, url: str, source: str, tmp_path: Path, on_conflict: str = "reject", **kw: Any) -> Any:  # noqa: F811
+def do_import(spark: Any, url: str, source: str, tmp_path: Path, on_conflict: str = "reject", **kw: Any) -> Any:
     return run_import(
         spark, url, source, principal="campaign-bot", on_conflict=on_conflict, queue="emails",
         rejects_path=str(tmp_path / f"rejects-{on_conflict}.csv"), partitions=3, max_data_bytes=1024, **kw,
@@ -104,20 +107,17 @@ def do_import(spark: Any, url: str, source: str, tmp_path: Path, on_conflict: st
 
 @pytest.mark.usefixtures("queues")
 def test_import_validates_each_row_and_loads_the_good_ones(
-    spark: Any,  # noqa: F811
-    database_url: str,
-    raw: psycopg.Connection[Any],
-    tmp_path: Path,
+    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     source = write_csv(tmp_path / "campaign.csv", ROWS)
     result = do_import(spark, database_url, source, tmp_path)
-    assert result.counts == {"created": GOOD, "replaced": 0, "ignored": 0, "rejected": 0, "invalid": 12,
+    assert result.counts == {"created": GOOD, "replaced": 0, "debounced": 0, "ignored": 0, "rejected": 0, "invalid": 14,
                              "duplicate": 1}  # fmt: skip
     found = rejects(result.rejects_path)
     assert sorted(found) == sorted(REASONS)
     for row, reason in REASONS.items():
         assert found[row]["reason"].startswith(reason), (row, found[row])
-    assert found[23]["data"] == '{"again": true}'  # the row as it came, to fix and import again
+    assert found[25]["data"] == '{"again": true}'  # the row as it came, to fix and import again
 
     events = {r[0]: r[1:] for r in raw.execute(
         "SELECT item_key, queue, group_key, schedule_on, data, enqueued_by, max_attempts, enqueued_on"
@@ -144,13 +144,13 @@ def test_import_validates_each_row_and_loads_the_good_ones(
 
     # the same import again changes nothing: every good row now conflicts
     again = do_import(spark, database_url, source, tmp_path)
-    assert (again.counts["created"], again.counts["rejected"], again.counts["invalid"]) == (0, GOOD, 12)
+    assert (again.counts["created"], again.counts["rejected"], again.counts["invalid"]) == (0, GOOD, 14)
     assert rejects(again.rejects_path)[1]["reason"] == "conflict: An open event already has this key."
     assert one(raw, "SELECT count(*) FROM tickler_timeline") == GOOD
 
 
 @pytest.mark.usefixtures("queues")
-def test_ignore_and_replace(spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path) -> None:  # noqa: F811
+def test_ignore_and_replace(spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path) -> None:
     rows = [{"item_key": f"k{n}", "schedule_on": WHEN, "data": '{"v": 1}'} for n in range(6)]
     source = write_csv(tmp_path / "first.csv", rows)
     assert do_import(spark, database_url, source, tmp_path).counts["created"] == 6
@@ -182,7 +182,86 @@ def test_ignore_and_replace(spark: Any, database_url: str, raw: psycopg.Connecti
 
 
 @pytest.mark.usefixtures("queues")
-def test_import_from_parquet(spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path) -> None:  # noqa: F811
+def test_debounce_as_the_api_does(spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path) -> None:
+    rows = [{"item_key": f"d{n}", "delay_seconds": "30", "data": '{"v": 1}', "group_key": "g1"} for n in range(3)]
+    assert do_import(spark, database_url, write_csv(tmp_path / "first.csv", rows), tmp_path).counts["created"] == 3
+    raw.execute(
+        "UPDATE tickler_event SET claimed_on = now(), claimed_by = 'w', lease_id = gen_random_uuid(),"
+        " lease_expires_on = now() + interval '1 minute' WHERE item_key = 'd0'"
+    )
+    before = dict(raw.execute("SELECT item_key, schedule_on FROM tickler_event").fetchall())
+    # d1 asks for a time within the cap, d2 for one past it; d3 is new
+    later = [{**rows[0], "data": '{"v": 2}'},
+             {**rows[1], "delay_seconds": "50", "data": '{"v": 2}', "group_key": "g2"},
+             {**rows[2], "delay_seconds": "7200", "data": '{"v": 2}', "group_key": ""},
+             {"item_key": "d3", "delay_seconds": "7200", "data": '{"v": 2}'}]  # fmt: skip
+    second = write_csv(tmp_path / "second.csv", later)
+    result = do_import(spark, database_url, second, tmp_path, on_conflict="debounce", debounce_max_seconds=3600)
+    assert (result.counts["debounced"], result.counts["created"], result.counts["rejected"]) == (2, 1, 1)
+    assert (
+        rejects(result.rejects_path)[1]["reason"]
+        == "conflict: The open event with this key is in flight; it cannot be debounced."
+    )
+    events = {r[0]: r[1:] for r in raw.execute(
+        "SELECT item_key, data, group_key, schedule_on - enqueued_on, version FROM tickler_event"
+    )}  # fmt: skip
+    assert events["d0"] == ({"v": 1}, "g1", timedelta(seconds=30), 1)  # under a lease: untouched
+    assert events["d1"][:2] == ({"v": 2}, "g2") and events["d1"][3] == 2  # latest wins
+    assert timedelta(seconds=50) <= events["d1"][2] < timedelta(hours=1)
+    assert events["d2"] == ({"v": 2}, None, timedelta(hours=1), 2)  # capped: first enqueued + 3600 s
+    assert events["d3"][2] == timedelta(hours=2)  # a new key: created as asked, no cap
+    entries = raw.execute(
+        "SELECT item_key, actor, details ->> 'previous_schedule_on' FROM tickler_timeline"
+        " WHERE action = 'debounced' ORDER BY item_key"
+    ).fetchall()
+    assert [(k, a) for k, a, _ in entries] == [("d1", "campaign-bot"), ("d2", "campaign-bot")]
+    assert [datetime.fromisoformat(p) for _, _, p in entries] == [before["d1"], before["d2"]]
+
+
+@pytest.mark.usefixtures("queues")
+def test_a_nul_byte_in_a_quoted_cell_reaches_the_rules(
+    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # the API refuses these bodies with 400: the import must not load them with the NUL removed
+    source = tmp_path / "nul.csv"
+    source.write_bytes(b'item_key,data\nnul:1,"{""t"": ""a\x00b""}"\n"nul\x00:2","{}"\nok,"{""t"": ""a\\\\b""}"\n')
+    result = do_import(spark, database_url, str(source), tmp_path)
+    assert (result.counts["created"], result.counts["invalid"]) == (1, 2)
+    found = rejects(result.rejects_path)
+    assert found[1]["reason"] == "data: Not valid JSON." and found[1]["data"] == '{"t": "a\x00b"}'
+    assert found[2]["reason"].startswith("item_key: ") and found[2]["item_key"] == "nul\x00:2"
+    assert one(raw, "SELECT data FROM tickler_event WHERE item_key = 'ok'") == {"t": "a\\b"}
+    assert one(raw, "SELECT count(*) FROM tickler_event") == 1
+
+
+@pytest.mark.usefixtures("queues")
+def test_an_import_that_died_resumes_and_counts_each_row_once(
+    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    rows = [{"item_key": f"r{n}", "delay_seconds": "3600", "data": f'{{"n": {n}}}'} for n in range(40)]
+    rows += [{"item_key": "bad/1", "data": "{}"}, {"item_key": "r0", "data": "{}"}]
+    source = write_csv(tmp_path / "many.csv", rows)
+    # partition 0 dies after committing two batches of 4 rows: those stay, and are visible
+    with pytest.raises(Exception, match="simulated crash"):
+        do_import(spark, database_url, source, tmp_path, batch_rows=4, crash_after_batches=2)
+    loaded = one(raw, "SELECT count(*) FROM tickler_event")
+    assert 8 <= loaded < 40
+    # the same command again resumes: committed batches are skipped, not reported as conflicts
+    result = do_import(spark, database_url, source, tmp_path, batch_rows=4)
+    assert result.counts == {"created": 40, "replaced": 0, "debounced": 0, "ignored": 0, "rejected": 0, "invalid": 1,
+                             "duplicate": 1}  # fmt: skip
+    assert sorted(rejects(result.rejects_path)) == [41, 42]
+    assert one(raw, "SELECT count(*) FROM tickler_event") == 40
+    assert one(raw, "SELECT count(*) FROM tickler_timeline") == 40
+    assert one(raw, "SELECT count(*) FROM tickler_import WHERE finished_on IS NOT NULL") == 1
+    assert one(raw, "SELECT count(*) FROM tickler_import_batch") == 0  # the finished import's batches are gone
+    # finished: running it once more is a new import, whose rows are now conflicts
+    again = do_import(spark, database_url, source, tmp_path, batch_rows=4)
+    assert (again.counts["created"], again.counts["rejected"]) == (0, 40)
+
+
+@pytest.mark.usefixtures("queues")
+def test_import_from_parquet(spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path) -> None:
     frame = spark.createDataFrame(
         [("p1", FUTURE, '{"a": 1}', 2), ("p2", datetime(2030, 1, 1, tzinfo=UTC), "{}", None), ("p/3", FUTURE, "{}", 1)],
         "item_key string, schedule_on timestamp, data string, max_attempts int",
@@ -194,23 +273,23 @@ def test_import_from_parquet(spark: Any, database_url: str, raw: psycopg.Connect
     assert found == {"p1": FUTURE, "p2": datetime(2030, 1, 1, tzinfo=UTC)}
 
 
-def test_unknown_columns_are_refused(spark: Any, database_url: str, tmp_path: Path) -> None:  # noqa: F811
+def test_unknown_columns_are_refused(spark: Any, database_url: str, tmp_path: Path) -> None:
     source = tmp_path / "odd.csv"
     source.write_text("item_key,data,colour\nk,{},red\n")
     with pytest.raises(PipelineError, match="unknown column"):
         do_import(spark, database_url, str(source), tmp_path)
 
 
-@pytest.mark.usefixtures("queues")
-def test_cli_import_prints_counts(
-    spark: Any,  # noqa: F811
-    database_url: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+@pytest.fixture
+def small_csv(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Three good rows and a bad one, for the command line (which finds the database in the environment)."""
     monkeypatch.setenv("TICKLER_DATABASE_URL", database_url)
-    source = write_csv(tmp_path / "small.csv", ROWS[:3] + ROWS[10:11])
+    return write_csv(tmp_path / "small.csv", ROWS[:3] + ROWS[10:11])
+
+
+@pytest.mark.usefixtures("queues", "spark")
+def test_cli_import_prints_counts(small_csv: str, capsys: pytest.CaptureFixture[str]) -> None:
+    source = small_csv
     status = pipeline_main(["import", source, "--principal", "ops", "--queue", "emails", "--master", "local[2]"])
     out = capsys.readouterr().out
     assert status == 0
@@ -218,11 +297,27 @@ def test_cli_import_prints_counts(
     assert f"rejects: {source}.rejects.csv (1 rows)" in out
 
 
+@pytest.mark.usefixtures("queues", "spark")
+def test_cli_json_summary_and_exit_codes(small_csv: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = small_csv
+    common = ["--principal", "ops", "--queue", "emails", "--master", "local[2]", "--json"]
+    assert pipeline_main(["import", source, *common]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out)  # stdout holds the summary and nothing else
+    assert (summary["status"], summary["exit_code"], summary["job"]) == ("ok", 0, "import")
+    assert summary["counts"]["created"] == 3 and summary["counts"]["invalid"] == 1
+    assert summary["rejects"] == 1 and summary["rejects_file"] == f"{source}.rejects.csv"
+    # a problem to fix: status 2, and still one JSON object on stdout
+    assert pipeline_main(["import", str(tmp_path / "missing.csv"), *common]) == 2
+    failed = json.loads(capsys.readouterr().out)
+    assert (failed["status"], failed["exit_code"]) == ("failed", 2) and "no such file" in failed["error"]
+
+
 def test_cli_says_in_one_line_what_is_missing(database_url: str, tmp_path: Path) -> None:
     env = {**os.environ, "TICKLER_DATABASE_URL": database_url, "JAVA_HOME": str(tmp_path / "no-java"),
            "PATH": str(tmp_path)}  # fmt: skip
     run = subprocess.run(
-        [sys.executable, "-m", "cli", "pipeline", "report", "--source", "snapshot"],
+        [sys.executable, "-m", "tickler.cli", "pipeline", "report", "--source", "snapshot"],
         capture_output=True, text=True, env=env, cwd=Path(__file__).parent.parent, timeout=60, check=False,
     )  # fmt: skip
     assert run.returncode == 2
@@ -230,7 +325,7 @@ def test_cli_says_in_one_line_what_is_missing(database_url: str, tmp_path: Path)
     assert "Java 17+ is needed" in run.stderr
     env["TICKLER_JDBC_JAR"] = str(tmp_path / "missing.jar")
     run = subprocess.run(
-        [sys.executable, "-m", "cli", "pipeline", "report", "--source", "jdbc"],
+        [sys.executable, "-m", "tickler.cli", "pipeline", "report", "--source", "jdbc"],
         capture_output=True, text=True, env=env, cwd=Path(__file__).parent.parent, timeout=60, check=False,
     )  # fmt: skip
     assert (run.returncode, run.stderr.strip()) == (

@@ -1,11 +1,10 @@
-"""Shared by the pipeline tests: one SparkSession per test session, the sources this database
-can be read with, and a builder of event histories written the way the store writes them."""
+"""Shared by the pipeline tests: the sources this database can be read with, and a builder of event
+histories written the way the store writes them (the fixtures are in tests/pipeline_fixtures.py)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,30 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from pipeline import db as pdb
-from pipeline.spark import create_session, jdbc_jar
+from tickler.pipeline import db as pdb
+from tickler.pipeline.spark import jdbc_jar
 
 ARCHIVE_TABLES = "tickler_archived_key, tickler_archive_item, tickler_archive_run"
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs Java")
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One local Spark for every pipeline test (starting one takes seconds)."""
-    if shutil.which("java") is None:
-        pytest.skip("Spark needs Java 17 (apt-get install openjdk-17-jre-headless; .ci/run does)")
-    session = create_session("local[2]", jar=jdbc_jar(), conf={"spark.sql.shuffle.partitions": "4"})
-    yield session
-    # stopped by the interpreter's exit (several test modules share it)
-
-
-@pytest.fixture
-def pipeline_db(database_url: str) -> str:
-    """The test database with the archive's tables emptied too (conftest empties tickler's)."""
-    with psycopg.connect(pdb.libpq_url(database_url), autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {ARCHIVE_TABLES} RESTART IDENTITY CASCADE")
-    return database_url
 
 
 def sources(url: str) -> list[str]:
@@ -238,6 +219,15 @@ def check_known_answers(tables: dict[str, list[dict[str, Any]]]) -> None:
         ("emails", "1-5 s"): 3, ("emails", "5-30 s"): 6, ("emails", "1-5 min"): 2,
         ("sms", "< 1 s"): 1, ("sms", "1-5 s"): 1,
     }  # fmt: skip
+    # the dead event and its reason; attempts per delivered event; deliveries by hour of day
+    assert [(r["queue"], r["reason"], r["dead"]) for r in tables["dead_reasons"]] == [
+        ("emails", "attempts exhausted", 1)
+    ]
+    attempts = {(r["queue"], r["attempts"]): r["deliveries"] for r in tables["attempts_histogram"]}
+    assert attempts == {("emails", 1): 9, ("emails", 2): 2, ("sms", 1): 2}
+    hourly = {(r["queue"], r["hour"]): (r["delivered"], r["enqueued"]) for r in tables["hourly"]}
+    assert hourly[("sms", 9)] == (2, 1) and hourly[("emails", 8)] == (0, 16)
+    assert sum(r["delivered"] for r in tables["hourly"]) == 13
     top = [(r["kind"], r["queue"], r["name"], r["failures"], r["events"]) for r in tables["top_failures"]]
     assert top == [
         ("group", "emails", "ana", 3, 2),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import pytest
 from flask.testing import FlaskClient
 
 from tests.conftest import auth
@@ -118,7 +120,30 @@ def test_long_poll_returns_as_soon_as_an_event_is_due(client: FlaskClient, email
     assert result["waited"] < 14  # woken by the due time, not by the end of the long poll
 
 
-def test_long_poll_is_woken_by_a_new_event(client: FlaskClient, emails: str, token: str, app: Any) -> None:
+def make_due_now_by_scheduling(client: FlaskClient, token: str) -> None:
+    schedule(client, token, "now")
+
+
+def make_due_now_by_rescheduling(client: FlaskClient, token: str) -> None:
+    moved = client.patch("/v1/queues/emails/events/now", json={"delay_seconds": 0}, headers=auth(token))
+    assert moved.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("due_in", "make_due_now"),
+    [(None, make_due_now_by_scheduling), (3600, make_due_now_by_rescheduling)],
+    ids=["a new event", "a reschedule to now"],
+)
+def test_long_poll_is_woken_by(
+    due_in: float | None,
+    make_due_now: Callable[[FlaskClient, str], None],
+    client: FlaskClient,
+    emails: str,
+    token: str,
+    app: Any,
+) -> None:
+    if due_in is not None:
+        schedule(client, token, "now", delay_seconds=due_in)  # asleep until its hour, unless woken
     result: dict[str, Any] = {}
     started = threading.Event()
 
@@ -132,7 +157,7 @@ def test_long_poll_is_woken_by_a_new_event(client: FlaskClient, emails: str, tok
     started.wait(5)
     # The poller may or may not be asleep yet; either way it must see the event long before 15 s.
     t0 = time.monotonic()
-    schedule(client, token, "now")
+    make_due_now(client, token)
     poller.join(timeout=20)
     assert [lease["events"][0]["item_key"] for lease in result["body"]["leases"]] == ["now"]
     assert time.monotonic() - t0 < 14

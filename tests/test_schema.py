@@ -10,7 +10,7 @@ import psycopg
 import psycopg.errors
 import pytest
 
-from scheduler.db import libpq_url
+from tickler.scheduler.db import libpq_url
 
 
 @pytest.fixture

@@ -51,3 +51,24 @@ def test_a_live_key_has_no_archive_pointer_and_an_unknown_key_is_404(
     timeline = client.get("/v1/queues/emails/events/fresh/timeline", headers=auth(token)).json
     assert "archived" not in timeline and len(timeline["entries"]) == 1
     assert client.get("/v1/queues/emails/events/never/timeline", headers=auth(token)).status_code == 404
+
+
+def test_get_of_an_archived_key_is_a_404_that_says_where(
+    client: FlaskClient, emails: str, token: str, archived_key: None
+) -> None:
+    response = client.get("/v1/queues/emails/events/welcome:ana", headers=auth(token))
+    assert response.status_code == 404
+    assert response.mimetype == "application/problem+json"
+    problem = response.json
+    assert problem["type"] == "https://tickler.dev/problems/archived"
+    assert problem["archived"]["location"] == "/data/archive"
+    assert problem["archived"]["archived_through"] == "2026-01-31T10:00:00Z"
+    assert problem["archived"]["timeline"].endswith("queue=emails")
+    # a key never seen keeps the plain "not found"
+    never = client.get("/v1/queues/emails/events/never", headers=auth(token))
+    assert never.status_code == 404 and never.json["type"] == "https://tickler.dev/problems/not-found"
+    assert "archived" not in never.json
+    # once the key has a live event again, GET answers it
+    body = {"item_key": "welcome:ana", "data": {}}
+    assert client.post("/v1/queues/emails/events", json=body, headers=auth(token)).status_code == 202
+    assert client.get("/v1/queues/emails/events/welcome:ana", headers=auth(token)).status_code == 200

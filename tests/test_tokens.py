@@ -45,18 +45,22 @@ def test_only_admins_manage_tokens_and_bad_input_is_400(client: FlaskClient, adm
 def test_cli_lists_and_revokes(store: object, database_url: str, admin_token: str) -> None:
     env = {"TICKLER_DATABASE_URL": database_url, "TICKLER_LOG_LEVEL": "WARNING", "PATH": "/usr/bin:/bin"}
     listed = subprocess.run(
-        [sys.executable, "-m", "cli", "token", "list"], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "tickler.cli", "token", "list"], env=env, capture_output=True, text=True, check=True
     )
     [line] = listed.stdout.splitlines()
     token_id, name, scope, state = line.split("\t")
     assert (name, scope, state) == ("ops", "admin", "active")
     revoked = subprocess.run(
-        [sys.executable, "-m", "cli", "token", "revoke", token_id], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "tickler.cli", "token", "revoke", token_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "revoked" in revoked.stdout
     assert (
         subprocess.run(
-            [sys.executable, "-m", "cli", "token", "revoke", "4242"], env=env, capture_output=True, text=True
+            [sys.executable, "-m", "tickler.cli", "token", "revoke", "4242"], env=env, capture_output=True, text=True
         ).returncode
         == 1
     )

@@ -5,32 +5,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from standardwebhooks.webhooks import Webhook
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from config import Settings
-from scheduler.delivery.webhook import WebhookDeliverer, retry_after_seconds
-from scheduler.dispatcher import Dispatcher, DispatcherConfig
-from scheduler.models import NewEvent, Queue
-from scheduler.store import QueueSettings, Store
-from scheduler.wakeup import WakeupListener
 from tests.helpers_wait import wait_until
-from tests.receiver import Receiver, running_receiver
-
-
-@pytest.fixture
-def dispatcher(store: Store, database_url: str) -> Iterator[Dispatcher]:
-    d = Dispatcher(
-        store,
-        WakeupListener(database_url),
-        DispatcherConfig(worker_name="hooks-test", reap_interval=0.2),
-        webhook=WebhookDeliverer(),
-    ).start()
-    yield d
-    d.stop()
+from tests.receiver import Received, Receiver, running_receiver
+from tickler.config import Settings
+from tickler.scheduler.delivery.webhook import retry_after_seconds
+from tickler.scheduler.dispatcher import Dispatcher
+from tickler.scheduler.models import NewEvent, Queue
+from tickler.scheduler.store import QueueSettings, Store
 
 
 def webhook_queue(store: Store, receiver: Receiver, **settings: object) -> tuple[Queue, str]:
@@ -50,7 +36,7 @@ def published_signature(secret: str, msg_id: str, timestamp: str, body: bytes) -
     return base64.b64encode(mac).decode()
 
 
-def test_delivery_is_signed_retried_after_500_and_ids_are_stable(store: Store, dispatcher: Dispatcher) -> None:
+def test_delivery_is_signed_retried_after_500_and_ids_are_stable(store: Store, webhook_dispatcher: Dispatcher) -> None:
     with running_receiver([(500, {}), (200, {})]) as receiver:
         queue, secret = webhook_queue(store, receiver)
         store.events.schedule(queue, NewEvent(item_key="welcome:ana", data={"name": "Ana"}), actor="signup")
@@ -76,7 +62,7 @@ def test_delivery_is_signed_retried_after_500_and_ids_are_stable(store: Store, d
     assert actions == ["enqueued", "claimed", "failed", "claimed", "delivered"]
 
 
-def test_410_finishes_the_event_as_dead_without_retry(store: Store, dispatcher: Dispatcher) -> None:
+def test_410_finishes_the_event_as_dead_without_retry(store: Store, webhook_dispatcher: Dispatcher) -> None:
     with running_receiver([(410, {})]) as receiver:
         queue, _ = webhook_queue(store, receiver)
         store.events.schedule(queue, NewEvent(item_key="gone", data={}), actor="signup")
@@ -86,7 +72,7 @@ def test_410_finishes_the_event_as_dead_without_retry(store: Store, dispatcher: 
     assert store.events.timeline("hooks", "gone")[-1].details["reason"] == "receiver said stop"
 
 
-def test_retry_after_is_honoured(store: Store, dispatcher: Dispatcher) -> None:
+def test_retry_after_is_honoured(store: Store, webhook_dispatcher: Dispatcher) -> None:
     with running_receiver([(503, {"Retry-After": "120"})]) as receiver:
         queue, _ = webhook_queue(store, receiver)
         store.events.schedule(queue, NewEvent(item_key="busy", data={}), actor="signup")
@@ -98,7 +84,28 @@ def test_retry_after_is_honoured(store: Store, dispatcher: Dispatcher) -> None:
     assert abs((failed.schedule_on - failed.at) - timedelta(seconds=120)) < timedelta(seconds=1)
 
 
-def test_a_group_is_delivered_in_one_request(store: Store, dispatcher: Dispatcher) -> None:
+def test_retry_after_is_capped_at_the_queues_backoff_max(store: Store, webhook_dispatcher: Dispatcher) -> None:
+    with running_receiver([(503, {"Retry-After": "999999999"})]) as receiver:
+        webhook_queue(store, receiver, backoff_max_seconds=300)
+        store.events.schedule(store.queues.get("hooks"), NewEvent(item_key="busy", data={}), actor="signup")
+        receiver.wait_for(1)
+        wait_until(lambda: store.events.get("hooks", "busy").redeliver_count == 1)
+    failed = store.events.timeline("hooks", "busy")[-1]
+    assert failed.action == "failed" and failed.schedule_on is not None
+    assert abs((failed.schedule_on - failed.at) - timedelta(seconds=300)) < timedelta(seconds=1)
+
+
+def test_a_410_counts_its_attempt(store: Store, webhook_dispatcher: Dispatcher) -> None:
+    with running_receiver([(410, {})]) as receiver:
+        queue, _ = webhook_queue(store, receiver)
+        store.events.schedule(queue, NewEvent(item_key="gone", data={}), actor="signup")
+        wait_until(lambda: store.events.get("hooks", "gone").status == "dead")
+    event = store.events.get("hooks", "gone")
+    assert event.redeliver_count == 1
+    assert store.events.timeline("hooks", "gone")[-1].details["attempt"] == 1
+
+
+def test_a_group_is_delivered_in_one_request(store: Store, webhook_dispatcher: Dispatcher) -> None:
     with running_receiver() as receiver:
         queue, secret = webhook_queue(store, receiver)
         store.events.schedule_batch(
@@ -112,7 +119,7 @@ def test_a_group_is_delivered_in_one_request(store: Store, dispatcher: Dispatche
         assert sorted(e["item_key"] for e in delivery.json["events"]) == ["n0", "n1", "n2"]
 
 
-def test_unreachable_receiver_is_a_failed_attempt(store: Store, dispatcher: Dispatcher) -> None:
+def test_unreachable_receiver_is_a_failed_attempt(store: Store, webhook_dispatcher: Dispatcher) -> None:
     with running_receiver() as receiver:
         url = receiver.url
     # the receiver is shut down: connections are refused
@@ -124,15 +131,32 @@ def test_unreachable_receiver_is_a_failed_attempt(store: Store, dispatcher: Disp
     assert "ConnectionRefusedError" in (store.events.get("hooks", "k").last_error or "")
 
 
-def test_rotated_secret_signs_beside_the_old_one(store: Store, dispatcher: Dispatcher) -> None:
+def test_rotated_secret_signs_beside_the_old_one(store: Store, webhook_dispatcher: Dispatcher) -> None:
     with running_receiver() as receiver:
         _, old_secret = webhook_queue(store, receiver)
         rotated = store.queues.put("hooks", QueueSettings(rotate_signing_secret=True), Settings())
-        assert rotated.new_signing_secret and rotated.new_signing_secret != old_secret
-        store.events.schedule(rotated.queue, NewEvent(item_key="k", data={}), actor="x")
-        [delivery] = receiver.wait_for(1)
-        Webhook(old_secret).verify(delivery.body, delivery.headers)
-        Webhook(rotated.new_signing_secret).verify(delivery.body, delivery.headers)
+        new_secret = rotated.new_signing_secret
+        assert new_secret and new_secret != old_secret
+        # A running dispatcher hears of the rotation by NOTIFY, tens of milliseconds later: a delivery
+        # claimed in between is signed with the old secret alone, which receivers still accept. Each
+        # event is scheduled once the one before was delivered, until one carries the new signature.
+        for n in range(1, 51):
+            store.events.schedule(rotated.queue, NewEvent(item_key=f"k{n}", data={}), actor="x")
+            delivery = receiver.wait_for(n)[-1]
+            Webhook(old_secret).verify(delivery.body, delivery.headers)  # valid all through the rotation
+            if signed_with(new_secret, delivery):
+                break
+        else:
+            raise AssertionError("50 deliveries after the rotation, none signed with the new secret")
+        assert len(delivery.headers["webhook-signature"].split()) == 2  # the new one beside the old one
+
+
+def signed_with(secret: str, delivery: Received) -> bool:
+    try:
+        Webhook(secret).verify(delivery.body, delivery.headers)
+    except WebhookVerificationError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from scheduler.models import Lease, Queue
+from tickler.scheduler.models import Lease, Queue
 
 
 @dataclass(frozen=True)

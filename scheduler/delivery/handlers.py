@@ -19,8 +19,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scheduler.delivery import Dead, Delivered, Failed, Outcome
-from scheduler.models import Event, Lease, Queue
+from tickler.scheduler.delivery import Dead, Delivered, Failed, Outcome
+from tickler.scheduler.models import Event, Lease, Queue
 
 MAX_ERROR_LENGTH = 2000
 

@@ -15,9 +15,9 @@ import time
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from scheduler.delivery import Dead, Delivered, Failed, Outcome
-from scheduler.delivery.signing import signature_header
-from scheduler.models import Lease, Queue, event_to_json
+from tickler.scheduler.delivery import Dead, Delivered, Failed, Outcome
+from tickler.scheduler.delivery.signing import signature_header
+from tickler.scheduler.models import Lease, Queue, event_to_json
 
 MAX_ERROR_LENGTH = 500
 # How much of a receiver's answer is read (the first 200 bytes go into last_error).
@@ -49,6 +49,15 @@ def retry_after_seconds(value: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
+# Requests on a new connection in progress at once, per receiver (scheme and host:port), per
+# process. A new connection waits in the receiver's accept queue until the receiver takes it;
+# a plain server listens with a backlog of 5 (Python's socketserver), which holds 6, and a
+# connection beyond that is dropped and retried by TCP 1 s later, then 3 s, or reset. Requests
+# on an open keep-alive connection never wait here: against a capable receiver the connections
+# open 4 at a time (a ramp of a few milliseconds) and are then reused without limit.
+NEW_CONNECTIONS_PER_RECEIVER = 4
+
+
 class WebhookDeliverer:
     """Sends over one keep-alive connection per receiver and delivery thread.
 
@@ -56,9 +65,20 @@ class WebhookDeliverer:
     the GIL caps a worker's deliveries per second well below what its receivers can take.
     """
 
-    def __init__(self, *, user_agent: str = "tickler") -> None:
+    def __init__(self, *, user_agent: str = "tickler", new_connections: int = NEW_CONNECTIONS_PER_RECEIVER) -> None:
         self._local = threading.local()
         self._user_agent = user_agent
+        self._new_connections = new_connections
+        self._gates: dict[tuple[str, str], threading.BoundedSemaphore] = {}
+        self._gates_lock = threading.Lock()
+
+    def _gate(self, scheme: str, netloc: str) -> threading.BoundedSemaphore:
+        """The receiver's limit of requests on new connections (see NEW_CONNECTIONS_PER_RECEIVER)."""
+        with self._gates_lock:
+            gate = self._gates.get((scheme, netloc))
+            if gate is None:
+                gate = self._gates[(scheme, netloc)] = threading.BoundedSemaphore(self._new_connections)
+            return gate
 
     def _connection(self, scheme: str, netloc: str, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
         """The thread's connection to this receiver (and whether it was used before)."""
@@ -106,6 +126,11 @@ class WebhookDeliverer:
             target += "?" + url.query
         for attempt in (1, 2):
             connection, reused = self._connection(url.scheme, url.netloc, queue.webhook_timeout_seconds)
+            # http.client opens a new socket by itself when the last answer closed the old one
+            # (HTTP/1.0, "Connection: close"): that request needs the receiver to accept anew.
+            gate = self._gate(url.scheme, url.netloc) if connection.sock is None else None
+            if gate is not None:
+                gate.acquire()
             try:
                 connection.request("POST", target, body=body, headers=headers)
                 response = connection.getresponse()
@@ -115,7 +140,7 @@ class WebhookDeliverer:
                 break
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as error:
                 self._forget(url.scheme, url.netloc)
-                if reused and attempt == 1:
+                if reused and gate is None and attempt == 1:
                     continue  # the receiver closed an idle keep-alive connection: once more, anew
                 return Failed(f"{type(error).__name__}: {error}"[:MAX_ERROR_LENGTH])
             except TimeoutError:
@@ -124,10 +149,17 @@ class WebhookDeliverer:
             except (OSError, http.client.HTTPException) as error:
                 self._forget(url.scheme, url.netloc)
                 return Failed(f"{type(error).__name__}: {error}"[:MAX_ERROR_LENGTH])
+            finally:
+                if gate is not None:
+                    gate.release()
         status = response.status
         if 200 <= status < 300:
             return Delivered()
         summary = f"HTTP {status}: {text[:200].decode('utf-8', 'replace')}"[:MAX_ERROR_LENGTH]
         if status == 410:
             return Dead(summary.replace("HTTP 410:", "HTTP 410 Gone:", 1))
-        return Failed(summary, retry_after_seconds(response.getheader("Retry-After"), time.time()))
+        retry_in = retry_after_seconds(response.getheader("Retry-After"), time.time())
+        if retry_in is not None:
+            # A receiver's Retry-After never parks an event longer than the queue's own backoff would.
+            retry_in = min(retry_in, queue.backoff_max_seconds)
+        return Failed(summary, retry_in)

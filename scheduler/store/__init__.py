@@ -4,21 +4,34 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from scheduler.store.events import EventChanges, EventStore, SearchFilter
-from scheduler.store.leases import LeaseStore
-from scheduler.store.queues import QueueSettings, QueueStore
-from scheduler.store.tokens import TokenStore
+from tickler.scheduler.store.events import EventChanges, EventStore, SearchFilter
+from tickler.scheduler.store.leases import LeaseStore
+from tickler.scheduler.store.operations import DeletedQueue, QueueGauges
+from tickler.scheduler.store.queues import QueueSettings, QueueStore
+from tickler.scheduler.store.schedules import Schedule, ScheduleSpec, ScheduleStore
+from tickler.scheduler.store.tokens import TokenStore
 
 __all__ = [
+    "DeletedQueue",
     "EventChanges",
     "EventStore",
     "LeaseStore",
+    "QueueGauges",
     "QueueSettings",
     "QueueStore",
+    "Schedule",
+    "ScheduleSpec",
+    "ScheduleStore",
     "SearchFilter",
     "Store",
     "TokenStore",
 ]
+
+
+# A failover to a hot standby, or `default_transaction_read_only = on`: reads work, writes fail.
+_WRITABLE = sa.text(
+    "SELECT pg_is_in_recovery() AS standby, current_setting('transaction_read_only') = 'on' AS read_only"
+)
 
 
 class Store:
@@ -30,7 +43,14 @@ class Store:
         self.queues = QueueStore(engine)
         self.tokens = TokenStore(engine)
         self.leases = LeaseStore(engine)
+        self.schedules = ScheduleStore(engine)
 
     def ping(self) -> None:
         with self.engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
+
+    def refuses_writes(self) -> str | None:
+        """Why the database would refuse a write now ("standby", "read_only"), or None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(_WRITABLE).one()
+        return "standby" if row.standby else "read_only" if row.read_only else None

@@ -7,7 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from scheduler.rules import format_timestamp
+from tickler.scheduler.rules import format_timestamp
 
 # Kept beside its only caller: it reads the archive's tables (migrations/0003_archive.sql).
 _ARCHIVED_HISTORY = sa.text(
@@ -25,7 +25,7 @@ def archived_history(bind: sa.Engine | sa.Connection, queue: str, item_key: str)
 
     Returns {"location", "timeline", "archived_through", "archived_events", "archive_id",
     "first_archive_id"}: `timeline` is the Parquet directory of the key's queue under the
-    archive's root (runs `first_archive_id` to `archive_id` hold its entries; filter on item_key),
+    archive's root (rows of runs `first_archive_id` to `archive_id`, column `run`; filter on item_key),
     `archived_through` the latest finish time (RFC 3339) among its archived events.
     """
     params = {"queue": queue, "item_key": item_key}
@@ -38,7 +38,7 @@ def archived_history(bind: sa.Engine | sa.Connection, queue: str, item_key: str)
         return None
     return {
         "location": row["location"],
-        "timeline": f"{row['location']}/timeline/run=*/queue={queue}",
+        "timeline": f"{row['location']}/timeline/queue={queue}",
         "archived_through": format_timestamp(row["archived_through"]),
         "archived_events": int(row["events"]),
         "archive_id": int(row["archive_id"]),

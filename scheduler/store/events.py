@@ -10,19 +10,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from scheduler.errors import InFlight, KeyConflict, NotFound, StaleVersion
-from scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEntry
-from scheduler.rules import format_timestamp
-from scheduler.sql import q
-from scheduler.store import search
-from scheduler.store.archive import archived_history
+from tickler.scheduler.errors import Archived, InFlight, KeyConflict, NotFound, StaleVersion
+from tickler.scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEntry
+from tickler.scheduler.rules import format_timestamp
+from tickler.scheduler.sql import q
+from tickler.scheduler.states import Action, OnConflict, Scheduled, Status
+from tickler.scheduler.store import search
+from tickler.scheduler.store.archive import archived_history
+from tickler.scheduler.store.operations import EventOperations
 
-# Actor recorded for what tickler does by itself (expiring leases).
-SYSTEM_ACTOR = "tickler"
-
-# A key whose open event finishes between our insert attempt and our read of it is free again:
-# try the insert again, a few times at most.
-_SCHEDULE_ATTEMPTS = 5
+# tickler_schedule()'s outcomes for an item it wrote, and for one held under a lease.
+_WRITTEN = frozenset({Scheduled.CREATED, Scheduled.REPLACED, Scheduled.DEBOUNCED})
+_IN_FLIGHT = "in_flight"
 
 
 class _Unset:
@@ -64,70 +63,40 @@ def _events_json(events: Sequence[NewEvent]) -> str:
     )
 
 
-class EventStore:
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        # Single statements run without BEGIN / COMMIT round trips.
-        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-
+class EventStore(EventOperations):
     # -- scheduling -----------------------------------------------------------------------------
+    # Every write of new events goes through one SQL function, tickler_schedule() (migration
+    # 0008): the insert, the replace or debounce, their timeline and the wake-up handshake.
 
     def schedule(
-        self, queue: Queue, event: NewEvent, *, actor: str, on_conflict: str = "reject", now: datetime | None = None
+        self,
+        queue: Queue,
+        event: NewEvent,
+        *,
+        actor: str,
+        on_conflict: str = OnConflict.REJECT,
+        now: datetime | None = None,
+        debounce_max_seconds: float | None = None,
     ) -> tuple[Event, str]:
-        """Schedule one event; return it with its outcome ("created", "ignored" or "replaced").
+        """Schedule one event; return it with its outcome (created, ignored, replaced, debounced).
 
-        Raises KeyConflict (reject: an open event has the key) or InFlight (replace: the open
-        event is held under a live lease); both carry the existing event.
+        Raises KeyConflict (reject: an open event has the key) or InFlight (replace, debounce:
+        the open event is held under a live lease); both carry the existing event.
         """
-        for _ in range(_SCHEDULE_ATTEMPTS):
-            if on_conflict == "replace":
-                with self.engine.begin() as conn:
-                    [result] = self._schedule(conn, queue, [event], actor=actor, on_conflict=on_conflict, now=now)
-                    if result.outcome in ("created", "replaced"):
-                        assert result.id is not None
-                        return self._by_id(conn, result.id, now), result.outcome
-                row = self._open_event(queue.name, event.item_key, now)
-            else:
-                # One autocommit statement inserts and returns the event; when the key is taken,
-                # the next statement (a fresh snapshot) reads the event that holds it.
-                with self.autocommit.connect() as conn:
-                    inserted = conn.execute(q("schedule_event"), self._one_event_params(queue, event, actor, now))
-                    created = inserted.mappings().first()
-                    if created is not None:
-                        return Event.from_row(created), "created"
-                row = self._open_event(queue.name, event.item_key, now)
-            if row is None:
-                continue  # it finished meanwhile; the key is free, schedule again
-            existing = Event.from_row(row)
-            if on_conflict == "ignore":
-                return existing, "ignored"
-            if on_conflict == "replace":
-                raise InFlight("The open event with this key is in flight; it cannot be replaced.", event=existing)
-            raise KeyConflict("An open event already has this key.", event=existing)
-        raise RuntimeError(f"could not schedule {event.item_key!r}: its key kept changing state")
-
-    def _open_event(self, queue: str, item_key: str, now: datetime | None) -> sa.RowMapping | None:
+        params = self._params(queue, [event], actor, on_conflict, now, debounce_max_seconds)
+        # One autocommit statement, one round trip. A lease that ran out makes its event
+        # changeable: tickler_schedule() ends it (migration 0014).
         with self.autocommit.connect() as conn:
-            found: sa.RowMapping | None = (
-                conn.execute(q("get_open_event"), {"queue": queue, "item_key": item_key, "now": now}).mappings().first()
-            )
-        return found
-
-    @staticmethod
-    def _one_event_params(queue: Queue, event: NewEvent, actor: str, now: datetime | None) -> dict[str, Any]:
-        return {
-            "queue": queue.name,
-            "item_key": event.item_key,
-            "group_key": event.group_key,
-            "schedule_on": event.schedule_on,
-            "delay_seconds": event.delay_seconds,
-            "data": json.dumps(event.data, separators=(",", ":")),
-            "max_attempts": event.max_attempts,
-            "default_max_attempts": queue.max_attempts,
-            "actor": actor,
-            "now": now,
-        }
+            row = conn.execute(q("schedule_one"), params).mappings().one()
+        found = Event.from_row(row)
+        outcome = row["scheduled"]
+        if outcome in _WRITTEN:
+            return found, outcome
+        if outcome == _IN_FLIGHT:
+            raise InFlight("The open event with this key is in flight; it cannot be changed.", event=found)
+        if on_conflict == OnConflict.IGNORE:
+            return found, Scheduled.IGNORED
+        raise KeyConflict("An open event already has this key.", event=found)
 
     def schedule_batch(
         self,
@@ -135,57 +104,40 @@ class EventStore:
         events: Sequence[NewEvent],
         *,
         actor: str,
-        on_conflict: str = "reject",
+        on_conflict: str = OnConflict.REJECT,
         now: datetime | None = None,
+        debounce_max_seconds: float | None = None,
     ) -> list[ScheduleResult]:
-        """Schedule many events in one statement (keys must be distinct); one result per event, in order."""
-        with self.engine.begin() as conn:
-            return self._schedule(
-                conn, queue, events, actor=actor, on_conflict=on_conflict, now=now, report_conflicts=True
-            )
+        """Schedule many events in one statement (keys must be distinct); one result per event, in order.
 
-    def _schedule(
-        self,
-        conn: sa.Connection,
+        A key that was not written reports the id of the open event that holds it.
+        """
+        params = self._params(queue, events, actor, on_conflict, now, debounce_max_seconds)
+        with self.engine.begin() as conn:
+            rows = conn.execute(q("schedule_many"), params).mappings().all()
+        refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
+        return [
+            ScheduleResult(row["item_key"], row["outcome"] if row["outcome"] in _WRITTEN else refused, row["id"])
+            for row in rows
+        ]
+
+    @staticmethod
+    def _params(
         queue: Queue,
         events: Sequence[NewEvent],
-        *,
         actor: str,
         on_conflict: str,
         now: datetime | None,
-        report_conflicts: bool = False,
-    ) -> list[ScheduleResult]:
-        params = {
+        debounce_max_seconds: float | None,
+    ) -> dict[str, Any]:
+        return {
             "queue": queue.name,
             "events": _events_json(events),
             "actor": actor,
-            "default_max_attempts": queue.max_attempts,
+            "on_conflict": on_conflict,
             "now": now,
+            "debounce_max_seconds": debounce_max_seconds,
         }
-        if on_conflict == "replace":
-            # A lease that ran out makes its event replaceable; end such leases first.
-            only_key = events[0].item_key if len(events) == 1 else None
-            self._expire_leases(conn, queue=queue.name, item_key=only_key, now=now)
-            rows = conn.execute(q("schedule_events_replacing"), params).mappings().all()
-        else:
-            rows = conn.execute(q("schedule_events"), params).mappings().all()
-
-        conflicts = [row["item_key"] for row in rows if not row["written"]]
-        existing_ids: dict[str, int] = {}
-        # A batch reports the id each key conflicted with, also a batch of one; schedule()
-        # reads the whole conflicting event itself.
-        if conflicts and report_conflicts:
-            rows_found = conn.execute(q("open_event_ids"), {"queue": queue.name, "item_keys": conflicts})
-            existing_ids = {row.item_key: row.id for row in rows_found}
-        not_written = {"reject": "rejected", "ignore": "ignored", "replace": "rejected"}[on_conflict]
-        results = []
-        for row in rows:
-            if row["written"]:
-                outcome = "replaced" if row["replaced"] else "created"
-                results.append(ScheduleResult(row["item_key"], outcome, row["id"]))
-            else:
-                results.append(ScheduleResult(row["item_key"], not_written, existing_ids.get(row["item_key"])))
-        return results
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -197,8 +149,16 @@ class EventStore:
                 .mappings()
                 .first()
             )
-        if row is None:
-            raise NotFound(f"No event with key {item_key!r} in queue {queue!r}.")
+            if row is None:
+                # "never seen" and "moved to the archive" are different answers for the caller
+                archived = archived_history(conn, queue, item_key)
+                if archived is not None:
+                    raise Archived(
+                        f"Every event with key {item_key!r} in queue {queue!r} was archived "
+                        f"(through {archived['archived_through']}, under {archived['location']}).",
+                        archived=archived,
+                    )
+                raise NotFound(f"No event with key {item_key!r} in queue {queue!r}.")
         return Event.from_row(row)
 
     def get_many(self, ids: Sequence[int], *, now: datetime | None = None) -> list[Event]:
@@ -262,10 +222,10 @@ class EventStore:
                 return current
             details: dict[str, Any] = {"changed": changed}
             if "schedule_on" in changed:
-                action = "rescheduled"
+                action = Action.RESCHEDULED
                 details["previous_schedule_on"] = format_timestamp(current.schedule_on)
             else:
-                action = "updated"
+                action = Action.UPDATED
             if "group_key" in changed:
                 details["previous_group_key"] = current.group_key
             row = (
@@ -318,53 +278,30 @@ class EventStore:
         now: datetime | None = None,
     ) -> int:
         """Cancel every open event of the queue that matches and is not in flight; return how many."""
-        if group_key is None and item_key_prefix is None:
-            raise ValueError("cancel_matching needs a group_key or an item_key_prefix")
+        params = {
+            "queue": queue,
+            "actor": actor,
+            "reason": reason,
+            "now": now,
+            **search.matching("cancel_matching", group_key, item_key_prefix),
+        }
         with self.engine.begin() as conn:
-            self._expire_leases(conn, queue=queue, item_key=None, now=now)
-            return int(
-                conn.execute(
-                    q("cancel_matching"),
-                    {
-                        "queue": queue,
-                        "actor": actor,
-                        "group_key": group_key,
-                        "prefix": item_key_prefix,
-                        "prefix_end": search.prefix_end(item_key_prefix) if item_key_prefix else None,
-                        "reason": reason,
-                        "now": now,
-                    },
-                ).scalar_one()
-            )
-
-    def expire_leases(self, *, queue: str | None = None, now: datetime | None = None) -> int:
-        """End every lease whose time is up; return how many events it released (or finished)."""
-        with self.engine.begin() as conn:
-            return self._expire_leases(conn, queue=queue, item_key=None, now=now)
+            return int(conn.execute(q("cancel_matching"), params).scalar_one())
 
     # -- helpers --------------------------------------------------------------------------------
-
-    def _expire_leases(
-        self, conn: sa.Connection, *, queue: str | None, item_key: str | None, now: datetime | None
-    ) -> int:
-        rows = conn.execute(
-            q("expire_leases"), {"queue": queue, "item_key": item_key, "actor": SYSTEM_ACTOR, "now": now}
-        ).all()
-        return len(rows)
 
     def _lock_open(
         self, conn: sa.Connection, queue: str, item_key: str, *, if_match: Collection[int] | None, now: datetime | None
     ) -> tuple[Event, datetime]:
         params = {"queue": queue, "item_key": item_key, "now": now}
+        # A lease of it that ran out is ended by the statement (as the reaper would end it).
         row = conn.execute(q("lock_open_event"), params).mappings().first()
-        if row is not None and row["status"] == "pending" and row["lease_id"] is not None:
-            # Its lease ran out but was not ended yet: end it now, then look again.
-            self._expire_leases(conn, queue=queue, item_key=item_key, now=now)
-            row = conn.execute(q("lock_open_event"), params).mappings().first()
         if row is None:
+            # Kept: the event may just have died of a lease that ran out on its last attempt.
+            conn.commit()
             raise NotFound(f"No open event with key {item_key!r} in queue {queue!r}.")
         event = Event.from_row(row)
-        if event.status == "in_flight":
+        if event.status == Status.IN_FLIGHT:
             raise InFlight("The event is in flight (claimed under a live lease); try again after it.", event=event)
         if if_match is not None and event.version not in if_match:
             raise StaleVersion(f"The event is at version {event.version}; If-Match named another.", event=event)

@@ -1,18 +1,22 @@
 """Leases: claim due events (one by one, or a whole group at once), then ack, nack, extend or
 release them. A lease is identified by its id, and only a live lease can be finished: a lease
-that expired and was claimed again can never be finished by its old holder."""
+that expired and was claimed again can never be finished by its old holder. The delivery
+metrics (scheduler.metrics) are counted here, once, whoever calls: dispatcher, pull API, reaper."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 
-from scheduler.errors import StaleLease
-from scheduler.models import Event, Lease, Queue
-from scheduler.sql import q
+from tickler.scheduler import metrics
+from tickler.scheduler.errors import StaleLease
+from tickler.scheduler.models import Event, Lease, Queue
+from tickler.scheduler.sql import q
+from tickler.scheduler.store.base import EngineStore
 
 # How soon to look again when an event is already due but was not claimed.
 DUE_NOW_RETRY = timedelta(milliseconds=5)
@@ -30,6 +34,25 @@ class FailResult:
     dead: int
     retried: int
     retry_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a claim took, and — when the queue's flow control held it back — when to try again."""
+
+    leases: list[Lease]
+    # Seconds until a claim may find room again (None: not held back, or only a notification or
+    # a resume can change it — paused).
+    room_in: float | None = None
+    # The queue is paused: nothing is claimed until it is resumed.
+    paused: bool = False
+    # The queue's settings as the claim read them (limited queues only): fresher than the caller's.
+    queue: Queue | None = None
+
+
+# A claim held back by max_in_flight looks again this often: leases end in other processes
+# without telling this one (a NOTIFY per ack would serialise every capped queue's commits).
+FLOW_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -59,13 +82,12 @@ def _leases(rows: Sequence[sa.RowMapping]) -> list[Lease]:
     return leases
 
 
-class LeaseStore:
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        # Single statements run without BEGIN / COMMIT round trips.
-        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+class LeaseStore(EngineStore):
+    def claim(self, queue: Queue, **options: Any) -> list[Lease]:
+        """The leases of claim_within_limits(queue, **options) (worker, limit, ...)."""
+        return self.claim_within_limits(queue, **options).leases
 
-    def claim(
+    def claim_within_limits(
         self,
         queue: Queue,
         *,
@@ -74,61 +96,112 @@ class LeaseStore:
         lease_seconds: float | None = None,
         groups_first: bool = False,
         now: datetime | None = None,
-    ) -> list[Lease]:
+    ) -> Claim:
         """Claim up to `limit` leases of due events of `queue`.
 
         Ungrouped events get a lease each (one statement); each due group gets one lease over all
         its due events (one transaction: its advisory locks span two statements).
         `groups_first` alternates which kind is served first, so neither can starve the other.
+
+        A queue that is paused or has max_in_flight / rate_per_second is claimed in one
+        transaction under its flow lock, which every process takes: the room is counted and
+        used there (flow_room). Other queues keep the fast path: no lock, no extra write. The
+        fast statements refuse a paused or limited queue themselves, so a caller holding stale
+        settings can claim nothing it should not.
         """
         seconds = lease_seconds if lease_seconds is not None else queue.lease_seconds
+        if queue.flow_limited:
+            with self.engine.begin() as conn:
+                claim = self._claim_limited(conn, queue.name, worker, limit, seconds, groups_first, now)
+        else:
+            claim = Claim(self._claim_fast(queue.name, worker, limit, seconds, groups_first, now))
+        if claim.leases:
+            metrics.CLAIM_BATCH.labels(queue.name).observe(len(claim.leases))
+        return claim
+
+    def _claim_fast(
+        self, queue: str, worker: str, limit: int, seconds: float, groups_first: bool, now: datetime | None
+    ) -> list[Lease]:
         leases: list[Lease] = []
         for kind in ("groups", "events") if groups_first else ("events", "groups"):
             remaining = limit - len(leases)
             if remaining <= 0:
                 break
             if kind == "events":
-                params = {
-                    "queue": queue.name,
-                    "worker": worker,
-                    "limit": remaining,
-                    "lease_seconds": seconds,
-                    "now": now,
-                }
                 with self.autocommit.connect() as conn:
-                    rows = conn.execute(q("claim_events"), params).mappings().all()
-                leases.extend(_leases(rows))
+                    leases.extend(self._claim_kind(conn, kind, queue, worker, remaining, seconds, now, flow=False))
             else:
                 with self.autocommit.connect() as conn:
-                    if not conn.execute(q("has_due_groups"), {"queue": queue.name, "now": now}).scalar():
+                    found = conn.execute(q("has_due_groups"), {"queue": queue, "now": now, "flow": False})
+                    if not found.scalar():
                         continue  # most queues have no groups: spare them the transaction
-                with self.engine.begin() as conn:
-                    leases.extend(self._claim_groups(conn, queue.name, worker, remaining, seconds, now))
+                with self.engine.begin() as conn:  # its advisory locks span two statements
+                    leases.extend(self._claim_kind(conn, kind, queue, worker, remaining, seconds, now, flow=False))
         return leases
 
+    def _claim_limited(
+        self,
+        conn: sa.Connection,
+        queue: str,
+        worker: str,
+        limit: int,
+        seconds: float,
+        groups_first: bool,
+        now: datetime | None,
+    ) -> Claim:
+        conn.execute(q("flow_lock"), {"queue": queue})
+        room = conn.execute(q("flow_room"), {"queue": queue, "now": now}).mappings().one()
+        settings = Queue.from_row(room)
+        if room["paused"]:
+            return Claim([], paused=True, queue=settings)
+        at: datetime = room["db_now"]  # claimed_on follows the order of the flow lock
+        lease_room = limit if room["lease_room"] is None else min(limit, room["lease_room"])
+        event_room = room["event_room"]
+        leases: list[Lease] = []
+        for kind in ("groups", "events") if groups_first else ("events", "groups"):
+            remaining = lease_room - len(leases)
+            if event_room is not None:
+                remaining = min(remaining, event_room - sum(len(lease.events) for lease in leases))
+            if remaining <= 0:
+                break
+            leases.extend(self._claim_kind(conn, kind, queue, worker, remaining, seconds, at, flow=True))
+        taken = sum(len(lease.events) for lease in leases)
+        if event_room is not None and taken:
+            conn.execute(q("flow_record"), {"queue": queue, "at": at, "events": taken})
+        room_in: float | None = None
+        if event_room is not None and taken >= event_room:
+            # The window is full: it has room again when its oldest claim (maybe this one) leaves.
+            room_at = room["rate_room_at"] or at + timedelta(seconds=room["window_seconds"])
+            room_in = max(0.0, (room_at - at).total_seconds())
+        if room["lease_room"] is not None and len(leases) >= room["lease_room"]:
+            room_in = FLOW_POLL_SECONDS if room_in is None else max(room_in, FLOW_POLL_SECONDS)
+        return Claim(leases, room_in=room_in, queue=settings)
+
     @staticmethod
-    def _claim_groups(
-        conn: sa.Connection, queue: str, worker: str, limit: int, seconds: float, now: datetime | None
+    def _claim_kind(
+        conn: sa.Connection,
+        kind: str,
+        queue: str,
+        worker: str,
+        limit: int,
+        seconds: float,
+        now: datetime | None,
+        *,
+        flow: bool,
     ) -> list[Lease]:
-        groups = (
-            conn.execute(
-                q("lock_due_groups"),
-                {"queue": queue, "limit": limit, "scan": limit * GROUP_SCAN_FACTOR, "now": now},
-            )
-            .scalars()
-            .all()
-        )
-        if not groups:
+        """Claim up to `limit` leases of one kind: "events" (ungrouped, a lease each) or "groups"."""
+        params = {"queue": queue, "worker": worker, "limit": limit, "lease_seconds": seconds, "now": now, "flow": flow}
+        if kind == "events":
+            rows = conn.execute(q("claim_events"), params).mappings().all()
+            # the expired leases it ended: of events it claimed, and of events that died of them
+            _count_expired(queue, sum(1 for row in rows if row["lease_ended"]) + rows[0]["died"])
+            return _leases([row for row in rows if row["id"] is not None])
+        chosen = conn.execute(q("lock_due_groups"), {**params, "scan": limit * GROUP_SCAN_FACTOR}).mappings().all()
+        if not chosen:
             return []
-        rows = (
-            conn.execute(
-                q("claim_groups"),
-                {"queue": queue, "groups": list(groups), "worker": worker, "lease_seconds": seconds, "now": now},
-            )
-            .mappings()
-            .all()
-        )
-        return _leases(rows)
+        _count_expired(queue, chosen[0]["leases_ended"])
+        groups = [row["group_key"] for row in chosen]
+        return _leases(conn.execute(q("claim_groups"), {**params, "groups": groups}).mappings().all())
 
     def ack(
         self, lease_ids: Sequence[str], *, queues: Sequence[str] | None = None, now: datetime | None = None
@@ -140,6 +213,8 @@ class LeaseStore:
         params = {"lease_ids": list(lease_ids), "queues": None if queues is None else list(queues), "now": now}
         with self.autocommit.connect() as conn:
             rows = conn.execute(q("ack_leases"), params).mappings().all()
+        for row in rows:
+            metrics.DELIVERED.labels(row["queue"]).inc(row["events"])
         return {str(row["lease_id"]): row["queue"] for row in rows}
 
     def ack_one(self, lease_id: str, *, queues: Sequence[str] | None = None, now: datetime | None = None) -> str:
@@ -179,6 +254,9 @@ class LeaseStore:
         if not rows:
             raise StaleLease("The lease expired, was finished, or never existed.")
         retried = [r for r in rows if not r["is_dead"]]
+        metrics.FAILED.labels(rows[0]["queue"]).inc()
+        if len(rows) > len(retried):
+            metrics.DEAD.labels(rows[0]["queue"]).inc(len(rows) - len(retried))
         return FailResult(
             queue=rows[0]["queue"],
             dead=len(rows) - len(retried),
@@ -246,12 +324,16 @@ class LeaseStore:
     ) -> dict[str, int]:
         """End every lease whose time is up (of one queue, or all); return {queue: events released or dead}."""
         with self.engine.begin() as conn:
-            rows = (
-                conn.execute(q("expire_leases"), {"queue": queue, "item_key": None, "actor": actor, "now": now})
-                .mappings()
-                .all()
-            )
+            rows = conn.execute(q("expire_leases"), {"queue": queue, "actor": actor, "now": now}).mappings().all()
         counts: dict[str, int] = {}
         for row in rows:
             counts[row["queue"]] = counts.get(row["queue"], 0) + 1
+        for name, n in counts.items():
+            _count_expired(name, n)
         return counts
+
+
+def _count_expired(queue: str, events: int) -> None:
+    """Events whose expired lease was ended (by the reaper, or by a claim that met it)."""
+    if events:
+        metrics.LEASE_EXPIRED.labels(queue).inc(events)

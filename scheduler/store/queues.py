@@ -7,14 +7,11 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-import sqlalchemy as sa
-
-from config import Settings
-from scheduler.errors import Invalid, NotFound
-from scheduler.models import Queue
-from scheduler.sql import q
-
-STATUSES = ("pending", "due", "in_flight", "delivered", "cancelled", "dead")
+from tickler.config import Settings
+from tickler.scheduler.errors import Invalid, NotFound
+from tickler.scheduler.models import Queue
+from tickler.scheduler.sql import q
+from tickler.scheduler.store.operations import QueueOperations
 
 
 def new_signing_secret() -> str:
@@ -35,6 +32,10 @@ class QueueSettings:
     backoff_max_seconds: float | None = None
     backoff_multiplier: float | None = None
     rotate_signing_secret: bool = False
+    max_in_flight: int | None = None
+    rate_per_second: float | None = None
+    # Settings given as null: cleared (max_in_flight and rate_per_second: no limit).
+    cleared: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,7 @@ class PutQueueResult:
     new_signing_secret: str | None
 
 
-class QueueStore:
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-
+class QueueStore(QueueOperations):
     def put(self, name: str, wanted: QueueSettings, defaults: Settings) -> PutQueueResult:
         """Create the queue `name`, or change the settings given in `wanted`."""
         with self.engine.begin() as conn:
@@ -70,6 +67,12 @@ class QueueStore:
         if row is None:
             raise NotFound(f"No queue named {name!r}.")
         return Queue.from_row(row)
+
+    def webhook_queues(self) -> list[Queue]:
+        """The queues whose events a dispatcher delivers by webhook."""
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
+            rows = conn.execute(q("webhook_queues")).mappings().all()
+        return [Queue.from_row(row) for row in rows]
 
     def list(self, names: list[str] | None = None) -> list[Queue]:
         with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
@@ -95,13 +98,19 @@ class QueueStore:
 def _merge(name: str, wanted: QueueSettings, current: Queue | None, defaults: Settings) -> dict[str, object]:
     def pick(field: str, default: object) -> object:
         value = getattr(wanted, field)
-        if value is not None:
+        if value is not None or field in wanted.cleared:
             return value
         return getattr(current, field) if current is not None else default
 
+    mode = pick("delivery_mode", "pull")
+    # A queue that becomes a webhook queue gets the default cap unless one was given (or null,
+    # for none): a modest receiver must survive a burst (see docs/architecture.md, Flow control).
+    becomes_webhook = mode == "webhook" and (current is None or current.delivery_mode != "webhook")
+    cap_default = defaults.default_webhook_max_in_flight if becomes_webhook else None
+
     values: dict[str, object] = {
         "name": name,
-        "delivery_mode": pick("delivery_mode", "pull"),
+        "delivery_mode": mode,
         "webhook_url": pick("webhook_url", None),
         "webhook_timeout_seconds": pick("webhook_timeout_seconds", defaults.default_webhook_timeout_seconds),
         "lease_seconds": pick("lease_seconds", defaults.default_lease_seconds),
@@ -109,7 +118,11 @@ def _merge(name: str, wanted: QueueSettings, current: Queue | None, defaults: Se
         "backoff_initial_seconds": pick("backoff_initial_seconds", defaults.default_backoff_initial_seconds),
         "backoff_max_seconds": pick("backoff_max_seconds", defaults.default_backoff_max_seconds),
         "backoff_multiplier": pick("backoff_multiplier", defaults.default_backoff_multiplier),
+        "max_in_flight": pick("max_in_flight", None),
+        "rate_per_second": pick("rate_per_second", None),
     }
+    if becomes_webhook and wanted.max_in_flight is None and "max_in_flight" not in wanted.cleared:
+        values["max_in_flight"] = cap_default
     errors: dict[str, list[str]] = {}
     if values["delivery_mode"] == "webhook" and not values["webhook_url"]:
         errors["delivery.url"] = ["A webhook queue needs a url."]

@@ -15,11 +15,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from scheduler.rules import format_timestamp, parse_rfc3339
-
-OPEN_STATUSES = frozenset({"pending", "in_flight"})
-FINISHED_STATUSES = frozenset({"delivered", "cancelled", "dead"})
-ALL_STATUSES = OPEN_STATUSES | FINISHED_STATUSES
+from tickler.scheduler.rules import format_timestamp, parse_rfc3339
+from tickler.scheduler.states import ALL_STATUSES as ALL_STATUSES  # re-exported: older imports name it here
+from tickler.scheduler.states import OPEN_STATUSES, OUTCOMES, Status
 
 event = sa.table(
     "tickler_event",
@@ -72,9 +70,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         when, _, event_id = raw.partition("|")
-        return parse_rfc3339(when), int(event_id)
+        after = parse_rfc3339(when), int(event_id)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise BadCursor("Not a cursor from a previous page.") from None
+    if not 0 <= after[1] < 2**63:  # ids are bigint; a larger one would fail in the query
+        raise BadCursor("Not a cursor from a previous page.")
+    return after
 
 
 def prefix_end(prefix: str) -> str | None:
@@ -91,6 +92,18 @@ def prefix_end(prefix: str) -> str | None:
     return None
 
 
+def matching(operation: str, group_key: str | None, item_key_prefix: str | None) -> dict[str, str | None]:
+    """The filter of a bulk operation (cancel_matching, retry_matching) as its bind parameters: a
+    group and/or a key prefix, the prefix as the range [prefix, prefix_end). One of them is needed."""
+    if group_key is None and item_key_prefix is None:
+        raise ValueError(f"{operation} needs a group_key or an item_key_prefix")
+    return {
+        "group_key": group_key,
+        "prefix": item_key_prefix,
+        "prefix_end": prefix_end(item_key_prefix) if item_key_prefix else None,
+    }
+
+
 def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, open_part: bool) -> sa.Select[Any]:
     e = event.c
     status = sa.func.tickler_status(e.outcome, e.lease_expires_on, now)
@@ -98,14 +111,14 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
     if open_part:
         query = query.where(e.dequeued_on.is_(None))
         wanted = where.statuses & OPEN_STATUSES
-        if wanted == {"pending"}:
+        if wanted == {Status.PENDING}:
             query = query.where(sa.not_(sa.func.coalesce(e.lease_expires_on > now, False)))
-        elif wanted == {"in_flight"}:
+        elif wanted == {Status.IN_FLIGHT}:
             query = query.where(e.lease_expires_on > now)
     else:
         query = query.where(e.dequeued_on.is_not(None))
-        wanted = where.statuses & FINISHED_STATUSES
-        if wanted != FINISHED_STATUSES:
+        wanted = where.statuses & OUTCOMES
+        if wanted != OUTCOMES:
             query = query.where(e.outcome.in_(sorted(wanted)))
     if where.group_key is not None:
         query = query.where(e.group_key == where.group_key)
@@ -124,7 +137,7 @@ def build_query(queue: str, where: SearchFilter, now: datetime | None) -> sa.Sel
     parts = []
     if where.statuses & OPEN_STATUSES:
         parts.append(_part(queue, where, clock, open_part=True))
-    if where.statuses & FINISHED_STATUSES:
+    if where.statuses & OUTCOMES:
         parts.append(_part(queue, where, clock, open_part=False))
     if len(parts) == 1:
         return parts[0]

@@ -9,8 +9,9 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from scheduler.models import Principal
-from scheduler.sql import q
+from tickler.scheduler.models import Principal
+from tickler.scheduler.sql import q
+from tickler.scheduler.store.base import EngineStore
 
 TOKEN_PREFIX = "tkl_"
 
@@ -37,11 +38,7 @@ def _info(row: sa.RowMapping) -> TokenInfo:
     )
 
 
-class TokenStore:
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-
+class TokenStore(EngineStore):
     def create(self, principal: str, *, queues: list[str] | tuple[str, ...] = (), is_admin: bool = False) -> str:
         """Create a token for `principal`, scoped to `queues` (all queues if admin); return it."""
         return self.issue(principal, queues=queues, is_admin=is_admin)[0]

@@ -16,8 +16,8 @@ import threading
 import time
 from pathlib import Path
 
-from scheduler.delivery.handlers import Handlers
-from scheduler.models import Event
+from tickler.scheduler.delivery.handlers import Handlers
+from tickler.scheduler.models import Event
 
 handlers = Handlers()
 

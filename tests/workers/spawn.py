@@ -12,8 +12,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_worker(database_url: str, record_dir: Path, *args: str, name: str, **env: str) -> subprocess.Popen[bytes]:
-    """A `tickler worker` process running tests.workers.recording; its output goes to <record_dir>/<name>.log."""
+def start_worker(
+    database_url: str, record_dir: Path, *args: str, name: str, webhooks: bool = False, **env: str
+) -> subprocess.Popen[bytes]:
+    """A `tickler worker` process running tests.workers.recording (and delivering webhook queues
+    when `webhooks`); its output goes to <record_dir>/<name>.log."""
     environment = {
         **os.environ,
         "TICKLER_DATABASE_URL": database_url,
@@ -28,11 +31,11 @@ def start_worker(database_url: str, record_dir: Path, *args: str, name: str, **e
             [
                 sys.executable,
                 "-m",
-                "cli",
+                "tickler.cli",
                 "worker",
                 "--handlers",
                 "tests.workers.recording:handlers",
-                "--no-webhooks",
+                *(() if webhooks else ("--no-webhooks",)),
                 "--name",
                 name,
                 *args,

@@ -1,10 +1,10 @@
-"""Schemas of the pull-consumer calls: claims and lease ack / nack / extend."""
+"""Schemas of the pull-consumer calls: /v1/queues/{queue}/claims and lease ack / nack / extend."""
 
 from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
-from api.schemas import StrictBoolean, StrictInteger, StrictNumber, Text
+from tickler.api.schemas.fields import StrictBoolean, StrictInteger, StrictNumber, Text, name_field
 
 MAX_WAIT_SECONDS = 20.0
 
@@ -12,12 +12,7 @@ MAX_WAIT_SECONDS = 20.0
 class ClaimSchema(Schema):
     """POST /v1/queues/{queue}/claims."""
 
-    worker = Text(
-        required=True,
-        max_length=100,
-        validate=validate.Length(min=1),
-        metadata={"description": "The consumer's name; claimed_by is principal/worker."},
-    )
+    worker = name_field(100, "The consumer's name; claimed_by is principal/worker.")
     limit = StrictInteger(load_default=1, validate=validate.Range(min=1, max=1000))
     lease_seconds = StrictNumber(validate=validate.Range(min=0.1, max=86_400))
     wait_seconds = StrictNumber(
@@ -67,7 +62,19 @@ class ClaimResultSchema(Schema):
     leases = fields.List(fields.Nested(LeaseSchema))
 
 
-class LeaseStateSchema(Schema):
+class AckResultSchema(Schema):
     lease_id = fields.String()
-    status = fields.String()
+    status = fields.String(metadata={"enum": ["delivered"]})
+
+
+class NackResultSchema(Schema):
+    lease_id = fields.String()
+    status = fields.String(metadata={"enum": ["retrying", "dead"]})
+    dead = fields.Integer(metadata={"description": "How many events of the lease are now dead."})
+    retrying = fields.Integer(metadata={"description": "How many events of the lease will be retried."})
+    retry_at = fields.String(allow_none=True, metadata={"description": "When the retried events are due."})
+
+
+class ExtendResultSchema(Schema):
+    lease_id = fields.String()
     expires_at = fields.String()

@@ -1,0 +1,242 @@
+"""Schemas of /v1/queues/{queue}/events: schedule, change, cancel, search, timelines; and the
+problem details every error answer carries."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from marshmallow import Schema, ValidationError, fields, validate, validates, validates_schema
+
+from tickler.api import patterns
+from tickler.api.schemas.fields import (
+    RFC3339,
+    Key,
+    MatchingSchema,
+    RuledDict,
+    RuledInteger,
+    RuledNumber,
+    RuledString,
+    Text,
+    WhenSchema,
+    bounds,
+)
+from tickler.scheduler import rules
+from tickler.scheduler.states import ALL_STATUSES, Scheduled, Status
+
+# -- requests ---------------------------------------------------------------------------------------
+
+
+class NewEventSchema(WhenSchema):
+    """One event to schedule."""
+
+    item_key = RuledString(
+        rules.item_key,
+        required=True,
+        metadata={"description": "The natural key, chosen by the client.", **patterns.item_key_metadata()},
+    )
+    group_key = RuledString(
+        rules.group_key,
+        allow_none=True,
+        metadata={"description": "Due events of one group are claimed together.", **patterns.key_metadata()},
+    )
+    data = RuledDict(rules.data, required=True, metadata={"description": "The event's payload (a JSON object)."})
+    max_attempts = RuledInteger(rules.max_attempts, metadata=bounds(1, rules.MAX_ATTEMPTS_LIMIT))
+
+
+class _OnConflict(Schema):
+    """What scheduling does to a key that already has an open event (one event or a batch)."""
+
+    on_conflict = RuledString(
+        rules.on_conflict,
+        load_default="reject",
+        metadata={
+            "enum": list(rules.SCHEDULE_ON_CONFLICT),
+            "description": "When the key already has an open event: reject (409), ignore, replace, or debounce "
+            "(latest wins, capped by debounce_max_seconds).",
+        },
+    )
+    debounce_max_seconds = RuledNumber(
+        rules.debounce_max_seconds,
+        metadata={
+            "description": 'With "on_conflict": "debounce": the event is due at the latest this many seconds after '
+            "it was first enqueued, however often it is debounced. Omitted: no cap (the latest time always wins). "
+            "No effect with another on_conflict.",
+            **bounds(0, rules.MAX_DELAY_SECONDS),
+        },
+    )
+
+
+class ScheduleEventSchema(NewEventSchema, _OnConflict):
+    """POST /v1/queues/{queue}/events."""
+
+
+class BatchSchema(_OnConflict):
+    """POST /v1/queues/{queue}/events/batch."""
+
+    events = fields.List(fields.Nested(NewEventSchema), required=True)
+
+    def __init__(self, *, max_events: int = 10_000, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_events = max_events
+
+    @validates("events")
+    def _events(self, value: list[dict[str, Any]], **kwargs: Any) -> None:
+        if not value:
+            raise ValidationError("Must hold at least one event.")
+        if len(value) > self.max_events:
+            raise ValidationError(f"At most {self.max_events} events per batch.")
+        first_seen: dict[str, int] = {}
+        duplicates: dict[int, dict[str, list[str]]] = {}
+        for index, event in enumerate(value):
+            # An item that failed its own validation may be absent here or lack its key.
+            key = event.get("item_key") if isinstance(event, dict) else None
+            if key is None:
+                continue
+            if key in first_seen:
+                message = f"Also the key of events[{first_seen[key]}]; keys in a batch must differ."
+                duplicates[index] = {"item_key": [message]}
+            else:
+                first_seen[key] = index
+        if duplicates:
+            raise ValidationError(duplicates)  # type: ignore[arg-type]
+
+
+class ChangeEventSchema(WhenSchema):
+    """PATCH /v1/queues/{queue}/events/{item_key}: any of these; the others keep their value."""
+
+    openapi_extra: ClassVar[dict[str, Any]] = {**patterns.NOT_BOTH_WHEN, "minProperties": 1}
+
+    data = RuledDict(rules.data)
+    group_key = RuledString(rules.group_key, allow_none=True, metadata=patterns.key_metadata())
+
+    @validates_schema(pass_original=True, skip_on_field_errors=False)
+    def _something(self, data: dict[str, Any], original: Any, **kwargs: Any) -> None:
+        if not original:
+            raise ValidationError("Give at least one of schedule_on, delay_seconds, data, group_key.")
+
+
+class CancelArgsSchema(Schema):
+    """Query string of DELETE /v1/queues/{queue}/events/{item_key}."""
+
+    reason = Text(max_length=1000)
+
+
+class CancelMatchingSchema(MatchingSchema):
+    """POST /v1/queues/{queue}/events/cancel."""
+
+    reason = Text(max_length=1000)
+
+
+class SearchArgsSchema(Schema):
+    """Query string of GET /v1/queues/{queue}/events."""
+
+    status = fields.String(
+        metadata={"description": "One status or several, comma-separated.", "pattern": patterns.STATUSES_PATTERN}
+    )
+    group_key = Key()
+    item_key_prefix = Key()
+    limit = fields.Integer(load_default=100, validate=validate.Range(min=1))
+    cursor = fields.String(validate=validate.Length(max=2000))
+
+    def __init__(self, *, max_limit: int = 1000, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_limit = max_limit
+
+    @validates("status")
+    def _status(self, value: str, **kwargs: Any) -> None:
+        unknown = [s for s in value.split(",") if s not in ALL_STATUSES]
+        if unknown:
+            raise ValidationError(f"Unknown status {unknown[0]!r}; one of {', '.join(Status)}.")
+
+    @validates("limit")
+    def _limit(self, value: int, **kwargs: Any) -> None:
+        if value > self.max_limit:
+            raise ValidationError(f"Must be at most {self.max_limit}.")
+
+
+# -- answers ----------------------------------------------------------------------------------------
+
+
+class EventSchema(Schema):
+    """An event, as every response shows it."""
+
+    id = fields.Integer()
+    queue = fields.String()
+    item_key = fields.String()
+    group_key = fields.String(allow_none=True)
+    schedule_on = RFC3339()
+    data = fields.Dict()
+    status = fields.String(metadata={"enum": [s.value for s in Status]})
+    enqueued_on = RFC3339()
+    enqueued_by = fields.String()
+    dequeued_on = RFC3339(allow_none=True)
+    dequeued_by = fields.String(allow_none=True)
+    claimed_on = RFC3339(allow_none=True)
+    claimed_by = fields.String(allow_none=True)
+    redeliver_count = fields.Integer()
+    max_attempts = fields.Integer()
+    last_error = fields.String(allow_none=True)
+    version = fields.Integer()
+
+
+class ScheduledEventSchema(EventSchema):
+    """An event with what scheduling did to it."""
+
+    outcome = fields.String(metadata={"enum": [s.value for s in Scheduled if s is not Scheduled.REJECTED]})
+
+
+class EventPageSchema(Schema):
+    events = fields.List(fields.Nested(EventSchema))
+    next_cursor = fields.String(allow_none=True)
+
+
+class BatchResultSchema(Schema):
+    item_key = fields.String()
+    outcome = fields.String(metadata={"enum": [s.value for s in Scheduled]})
+    id = fields.Integer(allow_none=True)
+
+
+class BatchResultsSchema(Schema):
+    results = fields.List(fields.Nested(BatchResultSchema))
+
+
+class CancelledCountSchema(Schema):
+    cancelled = fields.Integer()
+
+
+class TimelineEntrySchema(Schema):
+    at = RFC3339()
+    action = fields.String()
+    actor = fields.String()
+    event_id = fields.Integer(
+        allow_none=True, metadata={"description": "null for a recurring schedule's own entries (schedule_*)."}
+    )
+    schedule_on = RFC3339(allow_none=True)
+    details = fields.Dict()
+
+
+class TimelineSchema(Schema):
+    item_key = fields.String()
+    entries = fields.List(fields.Nested(TimelineEntrySchema))
+    archived = fields.Dict(
+        metadata={
+            "description": "Present when older entries were archived: where (location, timeline), "
+            "up to when (archived_through) and how many events (archived_events)."
+        }
+    )
+
+
+class ProblemSchema(Schema):
+    """RFC 9457 problem details."""
+
+    type = fields.String()
+    title = fields.String()
+    status = fields.Integer()
+    detail = fields.String()
+    errors = fields.Dict(
+        keys=fields.String(), values=fields.List(fields.String()), metadata={"description": "Messages by field."}
+    )
+    event = fields.Nested(EventSchema, metadata={"description": "The open event of the key, on a 409 key-conflict."})
+    archived = fields.Dict(
+        metadata={"description": "With type .../archived: where the key's archived history is (as in its timeline)."}
+    )

@@ -1,0 +1,103 @@
+"""Request and response schemas of /v1/queues/{queue}/schedules (they also generate /openapi.json)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+
+from tickler.api.schemas.fields import RFC3339, Key, StrictBoolean
+from tickler.scheduler import cron, recurring, rules
+
+# An occurrence's key is {schedule_key}@2026-11-23T08:00:00Z: 21 characters more, still an item_key.
+MAX_SCHEDULE_KEY_LENGTH = rules.MAX_KEY_LENGTH - len("@2026-11-23T08:00:00Z")
+
+
+def check_schedule_key(value: str) -> str | None:
+    """A schedule_key follows the item_key rules, contains no '@', and leaves room for the time."""
+    problem = rules.check_item_key(value)
+    if problem:
+        return problem
+    if "@" in value:
+        return "Must not contain '@' (it separates the key from the time in each occurrence's item_key)."
+    if len(value) > MAX_SCHEDULE_KEY_LENGTH:
+        return f"Must be at most {MAX_SCHEDULE_KEY_LENGTH} characters (occurrence keys add 21)."
+    return None
+
+
+class PutScheduleSchema(Schema):
+    """PUT /v1/queues/{queue}/schedules/{schedule_key}."""
+
+    cron = fields.String(
+        required=True,
+        validate=validate.Length(min=1, max=200),
+        metadata={"description": "Five fields: minute hour day-of-month month day-of-week (0 or 7 = Sunday)."},
+    )
+    timezone = fields.String(
+        required=True,
+        validate=validate.Length(min=1, max=100),
+        metadata={"description": "IANA time zone the cron expression is read in, e.g. Europe/Berlin or UTC."},
+    )
+    data = fields.Dict(required=True, metadata={"description": "The payload of every occurrence (a JSON object)."})
+    group_key = Key(allow_none=True, metadata={"description": "The group of every occurrence."})
+    catch_up = fields.String(
+        load_default="latest",
+        validate=validate.OneOf(recurring.CATCH_UP_CHOICES),
+        metadata={
+            "description": "After downtime: latest = only the most recent missed occurrence, none, "
+            f"all = every missed occurrence (at most {recurring.MAX_CATCH_UP}, the most recent)."
+        },
+    )
+    paused = StrictBoolean(load_default=False, metadata={"description": "A paused schedule enqueues nothing."})
+
+    @validates_schema
+    def _parses(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if "timezone" not in data or "cron" not in data:
+            return
+        try:
+            cron.parse_timezone(data["timezone"])
+        except ValueError as error:
+            raise ValidationError({"timezone": [str(error)]}) from None
+        try:
+            expression = cron.parse(data["cron"], data["timezone"])
+        except ValueError as error:
+            raise ValidationError({"cron": [str(error)]}) from None
+        if not expression.next(datetime.now(UTC), 1):
+            raise ValidationError({"cron": ["Never fires (in the next 100 years)."]})
+
+
+class ListSchedulesArgsSchema(Schema):
+    """Query string of GET /v1/queues/{queue}/schedules."""
+
+    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
+    cursor = fields.String(
+        validate=validate.Length(min=1, max=255), metadata={"description": "next_cursor of the previous page."}
+    )
+
+
+class ScheduleSchema(Schema):
+    queue = fields.String()
+    schedule_key = fields.String()
+    cron = fields.String()
+    timezone = fields.String()
+    data = fields.Dict()
+    group_key = fields.String(allow_none=True)
+    catch_up = fields.String()
+    paused = fields.Boolean()
+    next_occurrences = fields.List(
+        RFC3339(), metadata={"description": "The next 5 occurrences, UTC (none while paused)."}
+    )
+    last_enqueued = RFC3339(
+        allow_none=True, metadata={"description": "The occurrence most recently enqueued (normally the waiting one)."}
+    )
+    created_on = RFC3339()
+    created_by = fields.String()
+    updated_on = RFC3339()
+    updated_by = fields.String()
+    version = fields.Integer()
+
+
+class ScheduleListSchema(Schema):
+    schedules = fields.List(fields.Nested(ScheduleSchema))
+    next_cursor = fields.String(allow_none=True)

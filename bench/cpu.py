@@ -1,0 +1,168 @@
+"""CPU time per event: the application's processes and the PostgreSQL backends serving them.
+
+A meter samples, every SAMPLE seconds, the user + system CPU of
+- the application: the processes it was given (and their descendants, e.g. gunicorn's workers),
+  and this process when the work runs in-process;
+- the database: every backend connected to the measured database (pg_stat_activity), read from
+  /proc/<pid>/stat, which works because the server runs on this machine.
+It keeps the last value seen per pid, so processes and connections that start and end within the
+window count (from 0 when first seen after the start), losing at most one interval of CPU each.
+Load generators (HTTP clients, the producer of the lateness scenario) are not given to it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import TracebackType
+
+import psycopg
+
+SAMPLE = 0.2
+# The harness's own short connections (polling for the end of a drain, reading the finish time)
+# carry this application_name and are not counted.
+HARNESS = "tickler-bench-harness"
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def proc_cpu(pid: int) -> float | None:
+    """utime + stime of one process, in seconds (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            kids = [int(p) for p in children.read().split()]
+    except OSError:
+        return []
+    return kids + [grandchild for kid in kids for grandchild in _children(kid)]
+
+
+@dataclass
+class CpuUse:
+    app: float  # seconds
+    db: float
+
+    def per_event_us(self, events: int) -> list[float]:
+        """[app, db] in µs per event."""
+        return [self.app / events * 1e6, self.db / events * 1e6]
+
+    @staticmethod
+    def total(uses: Iterable[CpuUse]) -> CpuUse:
+        app = db = 0.0
+        for use in uses:
+            app += use.app
+            db += use.db
+        return CpuUse(app, db)
+
+
+class SelfCpu:
+    """A process measuring itself (all its threads) and its own database backends, from now on:
+    for short-lived load processes whose start-up (imports) must not count."""
+
+    def __init__(self, *backend_pids: int) -> None:
+        self.backends = backend_pids
+        self.app = time.process_time()
+        self.db = [proc_cpu(pid) or 0.0 for pid in backend_pids]
+
+    def spent(self) -> CpuUse:
+        db = sum((proc_cpu(pid) or before) - before for pid, before in zip(self.backends, self.db, strict=True))
+        return CpuUse(time.process_time() - self.app, db)
+
+
+class CpuMeter:
+    """with CpuMeter(url, pids) as meter: ...work...; meter.use -> CpuUse."""
+
+    def __init__(self, url: str, pids: Iterable[int] = (), *, in_process: bool = False) -> None:
+        self.url = url
+        self.roots = list(pids)
+        self.in_process = in_process
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._db_pids: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+        self._conn: psycopg.Connection | None = None
+        self.use = CpuUse(0.0, 0.0)
+
+    def add(self, pids: Iterable[int]) -> None:
+        """More application processes, started after the meter and ready now: counted from now on
+        (their start-up, imports included, is not)."""
+        for root in pids:
+            self.roots.append(root)
+            for pid in (root, *_children(root)):
+                value = proc_cpu(pid)
+                if value is not None:
+                    self._first[pid] = value
+                    self._last[pid] = value
+
+    def _app_pids(self) -> set[int]:
+        pids = {p for root in self.roots for p in (root, *_children(root))}
+        if self.in_process:
+            pids.add(os.getpid())
+        return pids
+
+    def _sample(self, *, first: bool = False) -> None:
+        assert self._conn is not None
+        own = self._conn.info.backend_pid
+        rows = self._conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> %s "
+            "AND application_name IS DISTINCT FROM %s",
+            (own, HARNESS),
+        ).fetchall()
+        backends = {int(r[0]) for r in rows}
+        self._db_pids |= backends
+        for pid in self._app_pids() | backends:
+            value = proc_cpu(pid)
+            if value is None:
+                continue
+            if pid not in self._first:
+                self._first[pid] = value if first else 0.0
+            self._last[pid] = value
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE):
+            try:
+                self._sample()
+            except psycopg.Error:
+                return
+
+    def __enter__(self) -> CpuMeter:
+        self._conn = psycopg.connect(self.url, autocommit=True)
+        self._sample(first=True)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+        try:
+            self._sample()
+        finally:
+            assert self._conn is not None
+            self._conn.close()
+        app = db = 0.0
+        for pid, last in self._last.items():
+            spent = max(0.0, last - self._first.get(pid, 0.0))
+            if pid in self._db_pids:
+                db += spent
+            else:
+                app += spent
+        self.use = CpuUse(app, db)
+
+
+def available() -> bool:
+    """Per-process CPU comes from /proc: Linux, and a server on this machine."""
+    return os.path.exists(f"/proc/{os.getpid()}/stat")

@@ -1,0 +1,169 @@
+"""The peer: pgqueuer (PyPI, `pip install -e '.[bench]'`), driven through its public API only.
+
+Its schema is installed by its own `Queries.install()` into a database of its own. Enqueues use
+`SyncQueries.enqueue` on an autocommit psycopg connection (its synchronous producer API), with a
+dedupe key standing for tickler's natural key; workers are `QueueManager.run` with an async no-op
+entrypoint, one process each. A finished job leaves the queue table and gets a `pgqueuer_log` row
+('successful'), whose `created` stamp is the finish time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import psycopg
+
+from bench.cpu import HARNESS
+from bench.procs import running
+
+ENTRYPOINT = "bench"
+TABLE = "pgqueuer"
+LOG = "pgqueuer_log"
+
+
+def available() -> bool:
+    try:
+        import pgqueuer  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def version() -> str:
+    from importlib.metadata import version as of
+
+    return of("pgqueuer")
+
+
+def install(url: str) -> None:
+    from pgqueuer.db import PsycopgDriver
+    from pgqueuer.queries import Queries
+
+    async def go() -> None:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        try:
+            await Queries(PsycopgDriver(conn)).install()
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
+class Producer:
+    """SyncQueries on one autocommit connection."""
+
+    def __init__(self, url: str) -> None:
+        from pgqueuer.db import SyncPsycopgDriver
+        from pgqueuer.queries import SyncQueries
+
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.queries = SyncQueries(SyncPsycopgDriver(self.conn))
+
+    def one(self, key: str, *, delay: float = 3600.0) -> None:
+        payload = json.dumps({"n": key}).encode()
+        self.queries.enqueue(ENTRYPOINT, payload, execute_after=timedelta(seconds=delay), dedupe_key=key)
+
+    def many(self, keys: Sequence[str], *, delay: float = 3600.0) -> None:
+        """One statement for the whole list (pgqueuer's batch enqueue)."""
+        n = len(keys)
+        self.queries.enqueue(
+            [ENTRYPOINT] * n,
+            [json.dumps({"n": k}).encode() for k in keys],
+            [0] * n,
+            [timedelta(seconds=delay)] * n,
+            list(keys),
+        )
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def open_jobs(url: str) -> int:
+    with psycopg.connect(url, application_name=HARNESS) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()
+    return int(row[0]) if row else 0
+
+
+def wait_until_drained(url: str, *, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while open_jobs(url) > 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pgqueuer: jobs still queued after {timeout} s")
+        time.sleep(0.1)
+
+
+def finish_time(url: str) -> float:
+    with psycopg.connect(url, application_name=HARNESS) as conn:
+        row = conn.execute(
+            f"SELECT extract(epoch FROM max(created))::float8 FROM {LOG} WHERE status = 'successful'"
+        ).fetchone()
+    assert row is not None and row[0] is not None
+    return float(row[0])
+
+
+def make_due_soon(url: str, *, lead: float = 0.3) -> float:
+    """Move every queued job to one instant `lead` s ahead (the UPDATE fires pgqueuer's own change
+    trigger, which wakes its workers, as tickler's NOTIFY does); return that instant (epoch s)."""
+    with psycopg.connect(url, application_name=HARNESS) as conn:
+        row = conn.execute("SELECT extract(epoch FROM now() + make_interval(secs => %s))::float8", (lead,)).fetchone()
+        assert row is not None
+        due = float(row[0])
+        conn.execute(f"UPDATE {TABLE} SET execute_after = to_timestamp(%s)", (due,))
+    return due
+
+
+def _worker(url: str, batch: int, record: str, ready: Any, stop: Any) -> None:
+    from pgqueuer.db import PsycopgDriver
+    from pgqueuer.models import Job
+    from pgqueuer.qm import QueueManager
+    from pgqueuer.queries import Queries
+
+    seen: list[tuple[float, float]] = []
+
+    async def main() -> None:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        qm = QueueManager(Queries(PsycopgDriver(conn)))
+
+        @qm.entrypoint(ENTRYPOINT)
+        async def handle(job: Job) -> None:
+            if record:
+                seen.append((time.time(), job.execute_after.timestamp()))
+
+        async def stopper() -> None:
+            await asyncio.to_thread(stop.wait)
+            qm.shutdown.set()
+
+        task = asyncio.create_task(stopper())
+        ready.set()
+        await qm.run(batch_size=batch, dequeue_timeout=timedelta(seconds=5))
+        await task
+
+    asyncio.run(main())
+    if record:
+        with open(record, "w") as out:
+            json.dump(seen, out)
+
+
+@contextmanager
+def workers(url: str, count: int, batch: int, *, record: str = "", settle: float = 1.0) -> Iterator[list[BaseProcess]]:
+    """`count` pgqueuer worker processes for the block (stopped through QueueManager.shutdown);
+    settle: each has verified its schema and listens."""
+    args = [(url, batch, record if i == 0 else "") for i in range(count)]
+    with running(_worker, args, what="pgqueuer worker", settle=settle) as procs:
+        yield procs
+
+
+def fill(url: str, keys: Sequence[str], *, delay: float = 3600.0, chunk: int = 10_000) -> None:
+    producer = Producer(url)
+    try:
+        for start in range(0, len(keys), chunk):
+            producer.many(keys[start : start + chunk], delay=delay)
+    finally:
+        producer.close()

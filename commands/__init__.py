@@ -1,0 +1,43 @@
+"""`tickler queues | events | schedules`: look at and act on a tickler database from a shell.
+
+Like `tickler token`, these talk to the store directly with the same settings as every other
+command (TICKLER_DATABASE_URL, or the embedded PostgreSQL under TICKLER_DATA_DIR). Tables for
+people, `--json` for scripts. cli.py adds these subcommands and hands their arguments here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tickler.commands import events, queues, schedules
+from tickler.commands.database import NoDatabase, open_store
+from tickler.config import Settings
+from tickler.scheduler.errors import TicklerError
+
+NAMES = ("queues", "events", "schedules")
+
+
+def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    queues.add_parser(subparsers)
+    events.add_parser(subparsers)
+    schedules.add_parser(subparsers)
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    """Run one of NAMES; 0 done, 1 refused (no such key, conflict...), 2 no database or bad input."""
+    try:
+        store, close = open_store(settings)
+    except NoDatabase as error:
+        print(f"tickler: {error}", file=sys.stderr)
+        return 2
+    try:
+        handler = {"queues": queues.run, "events": events.run, "schedules": schedules.run}[args.command]
+        return handler(store, args)
+    except TicklerError as error:
+        print(f"tickler: {error.detail}", file=sys.stderr)
+        for field, messages in error.extra.get("errors", {}).items():
+            print(f"  {field}: {'; '.join(messages)}", file=sys.stderr)
+        return 1
+    finally:
+        close()

@@ -1,0 +1,100 @@
+"""`tickler queues list | show | pause | resume`."""
+
+from __future__ import annotations
+
+import argparse
+
+from tickler.commands.arguments import check_queue_name
+from tickler.commands.output import age, print_fields, print_json, print_table
+from tickler.scheduler.errors import NotFound
+from tickler.scheduler.store import QueueGauges, Store
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    queues = subparsers.add_parser("queues", help="list queues, show one, pause or resume one")
+    actions = queues.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="every queue with its counts, oldest due age and paused state")
+    listing.add_argument("--json", action="store_true", help="JSON for scripts")
+    for name, text in (
+        ("show", "one queue's settings and counts"),
+        ("pause", "pause a queue: nothing is claimed or delivered; scheduling goes on"),
+        ("resume", "resume a paused queue"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("queue")
+        action.add_argument("--json", action="store_true", help="JSON for scripts")
+
+
+def run(store: Store, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        return _list(store, args.json)
+    check_queue_name(args.queue)
+    if args.action == "pause":
+        store.queues.pause(args.queue)
+    elif args.action == "resume":
+        store.queues.resume(args.queue)
+    return _show(store, args.queue, args.json)
+
+
+def _list(store: Store, as_json: bool) -> int:
+    queues = store.queues.list()
+    gauges = {g.name: g for g in store.queues.gauges()}
+    if as_json:
+        print_json({"queues": [_json(store, q.name, gauges.get(q.name)) for q in queues]})
+        return 0
+    rows = []
+    for queue in queues:
+        g = gauges.get(queue.name)
+        rows.append(
+            [
+                queue.name,
+                queue.delivery_mode,
+                "paused" if queue.paused else "active",
+                *([g.pending, g.due, g.in_flight, g.dead, age(g.oldest_due_age_seconds)] if g else ["-"] * 5),
+            ]
+        )
+    print_table(["QUEUE", "MODE", "STATE", "PENDING", "DUE", "IN_FLIGHT", "DEAD", "OLDEST_DUE"], rows)
+    return 0
+
+
+def _json(store: Store, name: str, gauges: QueueGauges | None) -> dict[str, object]:
+    from tickler.api.render import queue_json  # the HTTP API's shape; loaded only when JSON is asked for
+
+    body = queue_json(store.queues.get(name), counts=store.queues.counts(name))
+    if gauges is not None:
+        body["oldest_due_age_seconds"] = gauges.oldest_due_age_seconds
+    return body
+
+
+def _show(store: Store, name: str, as_json: bool) -> int:
+    found = store.queues.gauges([name])
+    if not found:
+        raise NotFound(f"No queue named {name!r}.")
+    gauges = found[0]
+    if as_json:
+        print_json(_json(store, name, gauges))
+        return 0
+    queue = store.queues.get(name)
+    counts = store.queues.counts(name)
+    delivery = queue.delivery_mode
+    if queue.delivery_mode == "webhook":
+        delivery += f" {queue.webhook_url} (timeout {queue.webhook_timeout_seconds:g} s)"
+    print_fields(
+        [
+            ("queue", queue.name),
+            ("state", "paused" if queue.paused else "active"),
+            ("delivery", delivery),
+            ("lease", f"{queue.lease_seconds:g} s"),
+            ("max attempts", queue.max_attempts),
+            (
+                "backoff",
+                f"{queue.backoff_initial_seconds:g} s x{queue.backoff_multiplier:g}, at most "
+                f"{queue.backoff_max_seconds:g} s",
+            ),
+            *((status, n) for status, n in counts.items()),
+            ("oldest due", age(gauges.oldest_due_age_seconds) if gauges.due else "-"),
+            ("created", queue.created_on),
+            ("updated", queue.updated_on),
+        ]
+    )
+    return 0

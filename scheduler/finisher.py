@@ -1,0 +1,125 @@
+"""The finisher: records the outcomes of deliveries — acks batched into one statement, each
+failure through its own nack — on one thread, so delivery threads never wait on a commit."""
+
+from __future__ import annotations
+
+import queue as queue_module
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from tickler.scheduler.db import unavailable_reason
+from tickler.scheduler.delivery import Dead, Delivered, Failed, Outcome
+from tickler.scheduler.errors import StaleLease
+from tickler.scheduler.models import Lease
+from tickler.scheduler.store import Store
+
+log = structlog.get_logger(__name__)
+
+# Outcomes recorded per round at most (one ack statement carries all the round's deliveries).
+MAX_ROUND = 1000
+
+
+@dataclass
+class Done:
+    queue: str
+    lease: Lease
+    outcome: Outcome
+
+
+_STOP = Done("", Lease("", "", None, datetime.min, "", ()), Delivered())
+
+
+class Finisher:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._done: queue_module.Queue[Done] = queue_module.Queue()
+        self._thread = threading.Thread(target=self._loop, name="tickler-finish", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, queue: str, lease: Lease, outcome: Outcome) -> None:
+        self._done.put(Done(queue, lease, outcome))
+
+    def stop(self, timeout: float) -> None:
+        """Record what is still waiting (retrying a database that is away a few times), then end."""
+        self._done.put(_STOP)
+        self._thread.join(timeout=timeout)
+
+    def _loop(self) -> None:
+        pending: list[Done] = []
+        stop_seen = False
+        failures = 0
+        while True:
+            if not pending:
+                item = self._done.get()
+                if item is _STOP:
+                    return
+                pending.append(item)
+            while len(pending) < MAX_ROUND:
+                try:
+                    item = self._done.get_nowait()
+                except queue_module.Empty:
+                    break
+                if item is _STOP:
+                    stop_seen = True
+                    break
+                pending.append(item)
+            try:
+                self._finish(pending)
+                pending = []
+                failures = 0
+            except Exception as error:
+                if unavailable_reason(error) is None:
+                    # Not the database being away or refusing writes (a bug, or a value it
+                    # refuses): retrying would fail the same way. Drop these outcomes (their
+                    # leases expire and are redelivered) and go on: a dead finisher would never
+                    # free capacity again and stall this worker.
+                    log.exception("finish_error", leases=len(pending))
+                    pending = []
+                    if stop_seen:
+                        return
+                    continue
+                failures += 1
+                log.warning("finish_database_error", error=str(error).splitlines()[0], pending=len(pending))
+                if stop_seen and failures > 3:
+                    log.error("finish_abandoned", leases=len(pending))  # the leases expire; redelivered
+                    return
+                time.sleep(min(5.0, 0.1 * 2**failures))  # back off from a database that is down
+            if stop_seen and not pending:
+                return
+
+    def _finish(self, done: list[Done]) -> None:
+        acks = [d for d in done if isinstance(d.outcome, Delivered)]
+        if acks:
+            live = self.store.leases.ack([d.lease.lease_id for d in acks])
+            for d in acks:
+                if d.lease.lease_id not in live:
+                    log.warning("ack_of_stale_lease", queue=d.queue, lease_id=d.lease.lease_id)
+        for d in done:
+            if isinstance(d.outcome, Delivered):
+                continue
+            assert isinstance(d.outcome, (Failed, Dead))
+            try:
+                result = self.store.leases.nack(
+                    d.lease.lease_id,
+                    error=d.outcome.error,
+                    retry_in_seconds=d.outcome.retry_in_seconds if isinstance(d.outcome, Failed) else None,
+                    dead=isinstance(d.outcome, Dead),
+                )
+                # A warning: a failed attempt, and above all a dead event, is what an operator
+                # scans the logs for.
+                log.warning(
+                    "delivery_failed",
+                    queue=d.queue,
+                    lease_id=d.lease.lease_id,
+                    error=d.outcome.error,
+                    dead=result.dead,
+                    retry_at=result.retry_at.isoformat() if result.retry_at else None,
+                )
+            except StaleLease:
+                log.warning("nack_of_stale_lease", queue=d.queue, lease_id=d.lease.lease_id)

@@ -1,0 +1,74 @@
+"""The lease keeper: extends the leases of deliveries still running (heartbeat) and ends leases
+whose time is up (reaper). Both run as periodic jobs of the dispatcher's scheduler."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import structlog
+
+from tickler.scheduler.db import unavailable_reason
+from tickler.scheduler.errors import StaleLease
+from tickler.scheduler.store import Store
+from tickler.scheduler.wakeup import WakeupListener
+
+log = structlog.get_logger(__name__)
+
+
+class LeaseKeeper:
+    def __init__(self, store: Store, listener: WakeupListener) -> None:
+        self.store = store
+        self.listener = listener
+        self._lock = threading.Lock()
+        # lease id -> (when to extend it next, monotonic; its length in seconds)
+        self._running: dict[str, tuple[float, float]] = {}
+
+    def track(self, lease_id: str, *, claimed_at: float, seconds: float) -> None:
+        """A delivery under this lease started (its lease was claimed at `claimed_at`, monotonic)."""
+        with self._lock:
+            self._running[lease_id] = (claimed_at + seconds / 2, seconds)
+
+    def untrack(self, lease_id: str) -> None:
+        with self._lock:
+            self._running.pop(lease_id, None)
+
+    def running(self) -> list[str]:
+        """Leases of deliveries still running."""
+        with self._lock:
+            return list(self._running)
+
+    def heartbeat(self) -> None:
+        """Extend the leases of deliveries still running at half their length, so that a handler
+        or a receiver slower than the lease is not delivered a second time elsewhere meanwhile."""
+        now = time.monotonic()
+        with self._lock:
+            due = [(lease_id, seconds) for lease_id, (at, seconds) in self._running.items() if at <= now]
+        for lease_id, seconds in due:
+            try:
+                self.store.leases.extend(lease_id, seconds=seconds)
+                next_at = time.monotonic() + seconds / 2
+            except StaleLease:
+                log.warning("heartbeat_on_stale_lease", lease_id=lease_id)
+                next_at = float("inf")  # lost: its outcome will be refused as stale
+            except Exception as error:
+                if unavailable_reason(error) is None:
+                    raise
+                log.warning("heartbeat_database_error", error=str(error).splitlines()[0])
+                return
+            with self._lock:
+                if lease_id in self._running:
+                    self._running[lease_id] = (next_at, seconds)
+
+    def reap(self) -> None:
+        """End expired leases (every queue): their events are claimable again, or dead."""
+        try:
+            expired = self.store.leases.expire(actor="tickler")
+        except Exception as error:
+            if unavailable_reason(error) is None:
+                raise
+            log.warning("reaper_database_error", error=str(error))
+            return
+        for queue, n in expired.items():
+            log.info("leases_expired", queue=queue, events=n)
+            self.listener.poke(queue)

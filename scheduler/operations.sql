@@ -1,0 +1,218 @@
+-- Operations (SPEC §7): retrying dead events, pausing, resuming and deleting queues, and the
+-- per-queue gauges of /metrics. Same conventions as queries.sql (`:now` NULL = database clock;
+-- every change of an event writes its timeline entry in the same statement).
+
+-- name: retry_event
+-- Open the key's most recent event again if it is dead, with a fresh budget of attempts, due at
+-- :schedule_on, after :delay_seconds, or now. No row: the most recent event is not dead (or a
+-- concurrent retry took it first: the row lock makes the loser re-read it as open, not dead).
+-- The budget is the attempts the event had when it was first scheduled (or replaced): its
+-- max_attempts, or the budget its last retry recorded. `redeliver_count` never goes back, so the
+-- budget is counted from now: max_attempts becomes redeliver_count + budget.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+latest AS (
+    SELECT t.event_id FROM tickler_timeline AS t
+    WHERE t.queue = :queue AND t.item_key = :item_key
+    ORDER BY t.id DESC LIMIT 1
+),
+target AS (
+    SELECT e.id, e.redeliver_count, e.max_attempts, e.dequeued_on, e.dequeued_by, e.last_error,
+           coalesce((SELECT CAST(r.details ->> 'attempts' AS integer) FROM tickler_timeline AS r
+                     WHERE r.queue = e.queue AND r.item_key = e.item_key AND r.event_id = e.id
+                       AND r.action = 'retried'
+                     ORDER BY r.id DESC LIMIT 1), e.max_attempts) AS budget
+    FROM tickler_event AS e
+    WHERE e.id = (SELECT event_id FROM latest) AND e.queue = :queue AND e.outcome = 'dead'
+    FOR UPDATE OF e
+),
+changed AS (
+    UPDATE tickler_event AS e
+    SET dequeued_on = NULL, dequeued_by = NULL, outcome = NULL,
+        schedule_on = coalesce(CAST(:schedule_on AS timestamptz),
+                               clock.now + make_interval(secs => coalesce(CAST(:delay_seconds AS double precision), 0))),
+        max_attempts = t.redeliver_count + t.budget,
+        version = e.version + 1
+    FROM target AS t CROSS JOIN clock
+    WHERE e.id = t.id AND e.outcome = 'dead'
+    RETURNING e.*, t.budget, t.max_attempts AS previous_max_attempts, t.dequeued_on AS died_on,
+              t.dequeued_by AS died_by
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, clock.now, 'retried', :actor, c.schedule_on,
+           tickler_retried_details(c.budget, c.max_attempts, c.previous_max_attempts, c.redeliver_count,
+                                   c.died_on, c.last_error)
+    FROM changed AS c CROSS JOIN clock
+),
+wake AS (SELECT tickler_wake_if_sooner(c.queue, c.schedule_on) FROM changed AS c)  -- see 0018
+SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
+FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+
+-- name: retry_matching
+-- retry_event for every dead event of a queue with this group and/or key prefix that is its
+-- key's most recent event (what a retry by key would take) and whose key has no open event.
+-- Rows a concurrent retry holds are skipped (that retry opens them). The prefix is the range
+-- [prefix, prefix_end) on the "C"-collated key; candidates come from tickler_event_dead.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+target AS (
+    SELECT e.id, e.redeliver_count, e.max_attempts, e.dequeued_on, e.last_error,
+           coalesce((SELECT CAST(r.details ->> 'attempts' AS integer) FROM tickler_timeline AS r
+                     WHERE r.queue = e.queue AND r.item_key = e.item_key AND r.event_id = e.id
+                       AND r.action = 'retried'
+                     ORDER BY r.id DESC LIMIT 1), e.max_attempts) AS budget
+    FROM tickler_event AS e
+    WHERE e.queue = :queue AND e.outcome = 'dead'
+      AND (CAST(:group_key AS text) IS NULL OR e.group_key = CAST(:group_key AS text) COLLATE "C")
+      AND (CAST(:prefix AS text) IS NULL OR e.item_key >= CAST(:prefix AS text) COLLATE "C")
+      AND (CAST(:prefix_end AS text) IS NULL OR e.item_key < CAST(:prefix_end AS text) COLLATE "C")
+      AND e.id = (SELECT t.event_id FROM tickler_timeline AS t
+                  WHERE t.queue = e.queue AND t.item_key = e.item_key
+                  ORDER BY t.id DESC LIMIT 1)
+      AND NOT EXISTS (SELECT 1 FROM tickler_event AS o
+                      WHERE o.queue = e.queue AND o.item_key = e.item_key AND o.dequeued_on IS NULL)
+    FOR UPDATE OF e SKIP LOCKED
+),
+changed AS (
+    UPDATE tickler_event AS e
+    SET dequeued_on = NULL, dequeued_by = NULL, outcome = NULL,
+        schedule_on = clock.now,
+        max_attempts = t.redeliver_count + t.budget,
+        version = e.version + 1
+    FROM target AS t CROSS JOIN clock
+    WHERE e.id = t.id AND e.id = ANY(ARRAY(SELECT id FROM target))  -- primary-key lookups (see claim_events)
+    RETURNING e.*, t.budget, t.max_attempts AS previous_max_attempts, t.dequeued_on AS died_on
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, clock.now, 'retried', :actor, c.schedule_on,
+           tickler_retried_details(c.budget, c.max_attempts, c.previous_max_attempts, c.redeliver_count,
+                                   c.died_on, c.last_error)
+           || jsonb_build_object('bulk', true)
+    FROM changed AS c CROSS JOIN clock
+    ORDER BY c.id
+),
+wake AS (
+    SELECT pg_notify('tickler_wake', :queue) WHERE EXISTS (SELECT 1 FROM changed)
+)
+SELECT count(*) AS retried FROM changed CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+
+-- name: set_queue_paused
+-- Pause or resume a queue; returns it (no row: no such queue). Dispatchers are told that its
+-- settings changed, so a resumed queue is served at once.
+WITH changed AS (
+    UPDATE tickler_queue AS q
+    SET paused = :paused,
+        updated_on = CASE WHEN q.paused = :paused THEN q.updated_on ELSE now() END
+    WHERE q.name = :name
+    RETURNING q.*
+),
+wake AS (SELECT pg_notify('tickler_wake', '~' || name) FROM changed)
+SELECT c.* FROM changed AS c CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+
+-- name: lock_queue_for_delete
+-- The queue row, locked against new events (their foreign key takes FOR KEY SHARE on it) until
+-- the deleting transaction ends.
+SELECT name FROM tickler_queue WHERE name = :name FOR UPDATE;
+
+-- name: queue_open_events
+-- How many open events a queue holds (from its open-key index; stops counting at :limit).
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM tickler_event WHERE queue = :name AND dequeued_on IS NULL LIMIT :limit
+) AS found;
+
+-- name: queue_in_archive_run
+-- Whether an unfinished archive run selected events of this queue (it must finish first).
+SELECT EXISTS (
+    SELECT 1 FROM tickler_archive_item AS i JOIN tickler_event AS e ON e.id = i.event_id
+    WHERE e.queue = :name
+) AS found;
+
+-- name: cancel_queue_events
+-- Cancel every open event of a queue that is being deleted, leased or not: a lease holder's
+-- ack or nack then finds its lease gone (409), as after any cancel.
+-- A running lease's `claimed` entry goes into the cancelled row (see tickler_with_claim()).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+open_events AS (
+    SELECT e.id, e.lease_id FROM tickler_event AS e WHERE e.queue = :name AND e.dequeued_on IS NULL FOR UPDATE
+),
+changed AS (
+    UPDATE tickler_event AS e
+    SET dequeued_on = clock.now, dequeued_by = :actor, outcome = 'cancelled',
+        lease_id = NULL, lease_expires_on = NULL, version = e.version + 1
+    FROM open_events AS o CROSS JOIN clock
+    WHERE e.id = o.id AND e.dequeued_on IS NULL
+    RETURNING e.*, o.lease_id AS old_lease_id
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, c.dequeued_on, 'cancelled', c.dequeued_by, c.schedule_on,
+           CASE WHEN c.old_lease_id IS NULL THEN jsonb_build_object('reason', 'queue deleted')
+                ELSE tickler_with_claim(jsonb_build_object('reason', 'queue deleted'), c.dequeued_on, c.dequeued_by,
+                                        c.schedule_on, c.claimed_on, c.claimed_by, c.claimed_expires_on,
+                                        c.old_lease_id, c.redeliver_count + 1, c.group_key, c.schedule_on) END
+    FROM changed AS c
+    ORDER BY c.id
+)
+SELECT count(*) AS cancelled FROM changed;
+
+-- name: delete_queue_events
+-- Remove a deleted queue's (finished) events; their timeline stays (it has no foreign key).
+DELETE FROM tickler_event WHERE queue = :name;
+
+-- name: delete_queue_counts
+-- Remove a deleted queue's counters (after its events: their trigger writes to them).
+DELETE FROM tickler_queue_count WHERE queue = :name;
+
+-- name: delete_queue_minute_stats
+-- Remove a deleted queue's per-minute figures (the dashboard's charts): a new queue of the same
+-- name starts with empty charts.
+DELETE FROM tickler_minute_stat WHERE queue = :name;
+
+-- name: delete_queue
+-- Remove the queue itself; the name is free for a new queue. Dispatchers forget it.
+WITH deleted AS (DELETE FROM tickler_queue WHERE name = :name RETURNING name),
+wake AS (SELECT pg_notify('tickler_wake', '~' || name) FROM deleted)
+SELECT d.name FROM deleted AS d CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+
+-- name: queue_gauges
+-- Per-queue gauges for /metrics and the dashboard, the same from every process: counters
+-- (tickler_queue_count) for open and dead events, and for the time-dependent ones only the
+-- open-event indexes: live leases (the lease-expiry indexes, small), due events (an index-only
+-- count on tickler_event_open_schedule, less the due ones under a live lease), and the oldest due
+-- event not in flight (the first entries of tickler_event_open_schedule).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
+SELECT q.name, q.paused, clock.now AS db_now,
+       coalesce(c.open, 0) AS open, coalesce(c.dead, 0) AS dead,
+       live.in_flight, live.open_due - live.in_flight_due AS due, oldest.schedule_on AS oldest_due
+FROM tickler_queue AS q
+CROSS JOIN clock
+LEFT JOIN LATERAL (
+    SELECT sum(n) FILTER (WHERE state = 'open') AS open, sum(n) FILTER (WHERE state = 'dead') AS dead
+    FROM tickler_queue_count WHERE queue = q.name
+) AS c ON true
+CROSS JOIN LATERAL (
+    SELECT
+        (SELECT count(*) FROM tickler_event AS e
+         WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
+           AND e.lease_expires_on > clock.now)
+        + (SELECT count(*) FROM tickler_event AS e
+           WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
+             AND e.lease_expires_on > clock.now) AS in_flight,
+        (SELECT count(*) FROM tickler_event AS e
+         WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
+           AND e.lease_expires_on > clock.now AND e.schedule_on <= clock.now)
+        + (SELECT count(*) FROM tickler_event AS e
+           WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
+             AND e.lease_expires_on > clock.now AND e.schedule_on <= clock.now) AS in_flight_due,
+        (SELECT count(*) FROM tickler_event AS e
+         WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.schedule_on <= clock.now) AS open_due
+) AS live
+LEFT JOIN LATERAL (
+    SELECT e.schedule_on FROM tickler_event AS e
+    WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.schedule_on <= clock.now
+      AND NOT coalesce(e.lease_expires_on > clock.now, false)
+    ORDER BY e.schedule_on, e.id
+    LIMIT 1
+) AS oldest ON true
+WHERE CAST(:names AS text[]) IS NULL OR q.name = ANY(CAST(:names AS text[]))
+ORDER BY q.name;

@@ -1,0 +1,199 @@
+"""Operations on events and queues (SPEC §7): retry dead events, pause, resume and delete queues,
+and the per-queue gauges. Mixed into EventStore and QueueStore, so callers write
+`store.events.retry(...)` and `store.queues.pause(...)`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NoReturn
+
+import sqlalchemy.exc
+
+from tickler.scheduler.errors import KeyConflict, NotFound, QueueInUse
+from tickler.scheduler.models import Event, Queue
+from tickler.scheduler.sql import q
+from tickler.scheduler.store import search
+from tickler.scheduler.store.base import EngineStore
+
+# The one-open-event-per-key index: a retry that races a new event of its key runs into it.
+OPEN_KEY_INDEX = "tickler_event_open_key"
+
+# A bulk retry that runs into a key scheduled meanwhile starts over (that key is then open
+# and no longer a candidate); this many times at most.
+_RETRY_MATCHING_ATTEMPTS = 5
+
+
+def _is_open_key_conflict(error: sqlalchemy.exc.IntegrityError) -> bool:
+    diag = getattr(error.orig, "diag", None)
+    return getattr(diag, "constraint_name", None) == OPEN_KEY_INDEX
+
+
+class EventOperations(EngineStore):
+    """Retrying dead events (mixed into EventStore)."""
+
+    def retry(
+        self,
+        queue: str,
+        item_key: str,
+        *,
+        actor: str,
+        schedule_on: datetime | None = None,
+        delay_seconds: float | None = None,
+        now: datetime | None = None,
+    ) -> Event:
+        """Open the key's most recent event again if it is dead, with a fresh budget of attempts.
+
+        Due at `schedule_on`, after `delay_seconds`, or now. The same event (same id) is reopened:
+        `version` goes up, `redeliver_count` stays, and `max_attempts` becomes `redeliver_count`
+        plus the event's budget, so it has as many attempts as it first had, counted from now.
+        Raises NotFound (the most recent event is not dead, or the key was never seen) or
+        KeyConflict (the key has an open event; it carries that event).
+        """
+        params = {
+            "queue": queue,
+            "item_key": item_key,
+            "actor": actor,
+            "schedule_on": schedule_on,
+            "delay_seconds": delay_seconds,
+            "now": now,
+        }
+        try:
+            with self.engine.begin() as conn:
+                row = conn.execute(q("retry_event"), params).mappings().first()
+        except sqlalchemy.exc.IntegrityError as error:
+            if not _is_open_key_conflict(error):
+                raise
+            row = None  # an event of this key was scheduled meanwhile: it is the open one
+        if row is not None:
+            return Event.from_row(row)
+        self._raise_not_retried(queue, item_key, now)
+
+    def _raise_not_retried(self, queue: str, item_key: str, now: datetime | None) -> NoReturn:
+        with self.engine.connect() as conn:
+            params = {"queue": queue, "item_key": item_key, "now": now}
+            open_row = conn.execute(q("get_open_event"), params).mappings().first()
+        if open_row is not None:
+            raise KeyConflict(
+                "The key already has an open event; only a dead event can be retried.", event=Event.from_row(open_row)
+            )
+        raise NotFound(f"The most recent event of key {item_key!r} in queue {queue!r} is not dead.")
+
+    def retry_matching(
+        self,
+        queue: str,
+        *,
+        actor: str,
+        group_key: str | None = None,
+        item_key_prefix: str | None = None,
+        now: datetime | None = None,
+    ) -> int:
+        """retry() every dead event of the queue with this group and/or key prefix (one needed) that
+        is its key's most recent event; each is due now. Returns how many were opened again."""
+        params = {
+            "queue": queue,
+            "actor": actor,
+            "now": now,
+            **search.matching("retry_matching", group_key, item_key_prefix),
+        }
+        for _ in range(_RETRY_MATCHING_ATTEMPTS):
+            try:
+                with self.engine.begin() as conn:
+                    return int(conn.execute(q("retry_matching"), params).scalar_one())
+            except sqlalchemy.exc.IntegrityError as error:
+                if not _is_open_key_conflict(error):
+                    raise
+        raise RuntimeError(f"could not retry dead events of {queue!r}: their keys kept being scheduled")
+
+
+@dataclass(frozen=True)
+class QueueGauges:
+    """A queue's gauges at `at` (database clock): what /metrics and the dashboard show."""
+
+    name: str
+    paused: bool
+    pending: int
+    due: int
+    in_flight: int
+    dead: int
+    # seconds since the oldest due event (not in flight) came due; 0 when none is due
+    oldest_due_age_seconds: float
+    at: datetime
+
+
+@dataclass(frozen=True)
+class DeletedQueue:
+    name: str
+    cancelled: int  # open events cancelled (reason "queue deleted") before the delete
+    deleted_events: int
+
+
+class QueueOperations(EngineStore):
+    """Pausing, resuming and deleting queues; their gauges (mixed into QueueStore)."""
+
+    def pause(self, name: str) -> Queue:
+        """Pause the queue: no claims (dispatchers, pull consumers); scheduling goes on. Idempotent."""
+        return self._set_paused(name, True)
+
+    def resume(self, name: str) -> Queue:
+        """Resume a paused queue (idempotent)."""
+        return self._set_paused(name, False)
+
+    def _set_paused(self, name: str, paused: bool) -> Queue:
+        with self.engine.begin() as conn:
+            row = conn.execute(q("set_queue_paused"), {"name": name, "paused": paused}).mappings().first()
+        if row is None:
+            raise NotFound(f"No queue named {name!r}.")
+        return Queue.from_row(row)
+
+    def delete(self, name: str, *, actor: str, cancel_open: bool = False, now: datetime | None = None) -> DeletedQueue:
+        """Delete the queue and its events; its keys' timelines stay. The name is free again.
+
+        Raises QueueInUse while it holds open events (unless `cancel_open`: they are cancelled
+        first, reason "queue deleted", with their timeline entries) or while an unfinished archive
+        run holds some of its events; NotFound when there is no such queue.
+        """
+        with self.engine.begin() as conn:
+            # Locked first: no event of this queue can be scheduled until we are done.
+            if conn.execute(q("lock_queue_for_delete"), {"name": name}).first() is None:
+                raise NotFound(f"No queue named {name!r}.")
+            if conn.execute(q("queue_in_archive_run"), {"name": name}).scalar_one():
+                raise QueueInUse(f"An unfinished archive run holds events of queue {name!r}; run the archive first.")
+            cancelled = 0
+            if cancel_open:
+                params = {"name": name, "actor": actor, "now": now}
+                cancelled = int(conn.execute(q("cancel_queue_events"), params).scalar_one())
+            else:
+                open_events = conn.execute(q("queue_open_events"), {"name": name, "limit": 1}).scalar_one()
+                if open_events:
+                    raise QueueInUse(
+                        f"Queue {name!r} still holds open events; cancel them first, or delete with cancel_open=true."
+                    )
+            deleted = conn.execute(q("delete_queue_events"), {"name": name}).rowcount
+            conn.execute(q("delete_queue_counts"), {"name": name})
+            conn.execute(q("delete_queue_minute_stats"), {"name": name})
+            # Its schedules go with it (ON DELETE CASCADE); their keys' timelines say so.
+            conn.execute(q("log_queue_schedules_deleted"), {"name": name, "actor": actor, "now": now})
+            conn.execute(q("delete_queue"), {"name": name}).one()
+        return DeletedQueue(name=name, cancelled=cancelled, deleted_events=deleted)
+
+    def gauges(self, names: list[str] | None = None, *, now: datetime | None = None) -> list[QueueGauges]:
+        """Every queue's gauges (or those named), from counters and indexes: no row is counted by scan."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(q("queue_gauges"), {"names": names, "now": now}).mappings().all()
+        return [_gauges(row) for row in rows]
+
+
+def _gauges(row: Any) -> QueueGauges:
+    oldest = row["oldest_due"]
+    age = max(0.0, (row["db_now"] - oldest).total_seconds()) if oldest is not None else 0.0
+    return QueueGauges(
+        name=row["name"],
+        paused=row["paused"],
+        pending=int(row["open"]) - int(row["in_flight"]),
+        due=int(row["due"]),
+        in_flight=int(row["in_flight"]),
+        dead=int(row["dead"]),
+        oldest_due_age_seconds=age,
+        at=row["db_now"],
+    )

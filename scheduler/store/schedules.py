@@ -1,0 +1,293 @@
+"""Recurring schedules by key: create or change (PUT), read, list, delete.
+
+What a change does to the occurrence already waiting as an event (`{key}@{time}`):
+* same next time under the new cron: the waiting event stays and takes the new data and group
+  (timeline `updated`); if it was cancelled to skip it, it stays skipped;
+* another next time (cron or time zone changed): the waiting event is cancelled (reason
+  `schedule updated`) and the new next occurrence is enqueued at once;
+* paused: the waiting event is cancelled (reason `schedule paused`) and nothing is enqueued while
+  paused; resumed: the next occurrence from now on is enqueued, missed ones are not caught up.
+Occurrences that already came due are never touched: they finish like any other event.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from tickler.scheduler import cron, recurring
+from tickler.scheduler.errors import NotFound
+from tickler.scheduler.rules import record_json
+from tickler.scheduler.sql import q
+from tickler.scheduler.states import Action
+from tickler.scheduler.store.base import EngineStore
+
+# The definition of a schedule: what PUT sets and the timeline reports as changed.
+FIELDS = ("cron", "timezone", "data", "group_key", "catch_up", "paused")
+# due_on of a schedule with work to do at once (see migrations/0010_schedules.sql).
+_AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule as a client asks for it, already checked (cron and time zone parse)."""
+
+    cron: str
+    timezone: str
+    data: dict[str, Any]
+    group_key: str | None = None
+    catch_up: str = "latest"
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class Schedule:
+    queue: str
+    schedule_key: str
+    cron: str
+    timezone: str
+    data: dict[str, Any]
+    group_key: str | None
+    catch_up: str
+    paused: bool
+    last_enqueued: datetime | None
+    next_occurrences: tuple[datetime, ...]
+    created_on: datetime
+    created_by: str
+    updated_on: datetime
+    updated_by: str
+    version: int
+
+    @classmethod
+    def from_row(cls, row: sa.RowMapping, now: datetime, upcoming: int = 5) -> Schedule:
+        """`next_occurrences`: the next `upcoming` after `now`; none while paused."""
+        nexts: list[datetime] = []
+        if not row["paused"] and upcoming:
+            try:
+                nexts = cron.parse(row["cron"], row["timezone"]).next(now, upcoming)
+            except ValueError:
+                nexts = []  # a time zone gone from tzdata: it fires no more (recurring logs it)
+        return cls(
+            next_occurrences=tuple(nexts),
+            **{name: row[name] for name in cls.__dataclass_fields__ if name != "next_occurrences"},
+        )
+
+
+def schedule_to_json(schedule: Schedule) -> dict[str, Any]:
+    """A schedule as every tickler interface shows it (HTTP, CLI --json)."""
+    return record_json(schedule, _SCHEDULE_JSON_FIELDS)
+
+
+_SCHEDULE_JSON_FIELDS = (
+    "queue", "schedule_key", "cron", "timezone", "data", "group_key", "catch_up", "paused",
+    "next_occurrences", "last_enqueued", "created_on", "created_by", "updated_on", "updated_by", "version",
+)  # fmt: skip
+
+
+class ScheduleStore(EngineStore):
+    def put(
+        self, queue: str, schedule_key: str, spec: ScheduleSpec, *, actor: str, now: datetime | None = None
+    ) -> tuple[Schedule, bool]:
+        """Create or change a schedule and enqueue its next occurrence; returns (it, created)."""
+        with self.engine.begin() as conn:
+            params = {"queue": queue, "schedule_key": schedule_key, "now": now}
+            created = False
+            logged: tuple[Action, list[str]] | None = None
+            row = conn.execute(q("lock_schedule"), params).mappings().first()
+            if row is None:
+                inserted = conn.execute(
+                    q("insert_schedule"), {**params, **_spec_params(spec, stored=True), "actor": actor}
+                )
+                created = inserted.first() is not None
+                row = conn.execute(q("lock_schedule"), params).mappings().one()
+                if created:
+                    logged = (Action.SCHEDULE_CREATED, list(FIELDS))
+            if not created:
+                row, changed = self._change(conn, row, spec, actor=actor, now=now)
+                if changed:
+                    logged = (Action.SCHEDULE_UPDATED, changed)
+            if not row["paused"] and row["due_on"] <= row["db_now"]:
+                recurring.advance(conn, row, now=now)
+            final = conn.execute(q("lock_schedule"), params).mappings().one()
+            if logged is not None:
+                # After advance(): the entry can say when the schedule fires next.
+                self._log(conn, final, logged[0], actor, now, {"changed": logged[1]}, _next_waiting(final))
+            return Schedule.from_row(final, row["db_now"]), created
+
+    def _change(
+        self, conn: sa.Connection, row: sa.RowMapping, spec: ScheduleSpec, *, actor: str, now: datetime | None
+    ) -> tuple[sa.RowMapping, list[str]]:
+        """Apply a PUT to a locked schedule (see the module's docstring); returns the schedule
+        and the names of the fields that changed."""
+        wanted = _spec_params(spec)
+        changed = [name for name in FIELDS if row[name] != wanted[name]]
+        if not changed:
+            return row, changed
+        at: datetime = row["db_now"]
+        through, due_on = row["enqueued_through"], row["due_on"]
+        waiting = through is not None and through > at
+        if spec.paused:
+            if waiting and not row["paused"]:
+                self._cancel_waiting(conn, row, actor, "schedule paused", now)
+            through, due_on = None, _AT_ONCE  # on resume: from then on, nothing caught up
+        elif row["paused"]:
+            through, due_on = None, _AT_ONCE
+        elif waiting:
+            upcoming = cron.parse(spec.cron, spec.timezone).next(at, 1)
+            if upcoming and upcoming[0] == through:
+                self._update_waiting(conn, row, spec, actor, now)
+            else:
+                self._cancel_waiting(conn, row, actor, "schedule updated", now)
+                through, due_on = None, _AT_ONCE
+        conn.execute(
+            q("update_schedule"),
+            {
+                "queue": row["queue"],
+                "schedule_key": row["schedule_key"],
+                **_spec_params(spec, stored=True),
+                "enqueued_through": through,
+                "due_on": due_on,
+                "actor": actor,
+                "now": now,
+            },
+        )
+        params = {"queue": row["queue"], "schedule_key": row["schedule_key"], "now": now}
+        return conn.execute(q("lock_schedule"), params).mappings().one(), changed
+
+    def _waiting_event(self, conn: sa.Connection, row: sa.RowMapping) -> sa.RowMapping | None:
+        """The open event of the waiting occurrence, if it is still pending and the schedule's."""
+        key = recurring.occurrence_key(row["schedule_key"], row["enqueued_through"])
+        found = (
+            conn.execute(q("lock_open_event"), {"queue": row["queue"], "item_key": key, "now": row["db_now"]})
+            .mappings()
+            .first()
+        )
+        if (
+            found is None
+            or found["lease_id"] is not None
+            or found["enqueued_by"] != recurring.actor(row["schedule_key"])
+        ):
+            return None
+        return found
+
+    def _cancel_waiting(
+        self, conn: sa.Connection, row: sa.RowMapping, actor: str, reason: str, now: datetime | None
+    ) -> None:
+        event = self._waiting_event(conn, row)
+        if event is not None:
+            conn.execute(q("cancel_event"), {"id": event["id"], "actor": actor, "reason": reason, "now": now})
+
+    def _update_waiting(
+        self, conn: sa.Connection, row: sa.RowMapping, spec: ScheduleSpec, actor: str, now: datetime | None
+    ) -> None:
+        event = self._waiting_event(conn, row)
+        if event is None:
+            return
+        changed = [name for name in ("data", "group_key") if event[name] != getattr(spec, name)]
+        if not changed:
+            return
+        conn.execute(
+            q("change_event"),
+            {
+                "id": event["id"],
+                "schedule_on": event["schedule_on"],
+                "data": json.dumps(spec.data),
+                "group_key": spec.group_key,
+                "action": Action.UPDATED,
+                "actor": actor,
+                "details": json.dumps({"changed": changed, "reason": "schedule updated"}),
+                "now": now,
+            },
+        )
+
+    def get(self, queue: str, schedule_key: str, *, now: datetime | None = None) -> Schedule:
+        with self.engine.connect() as conn:
+            row = conn.execute(q("get_schedule"), {"queue": queue, "schedule_key": schedule_key}).mappings().first()
+            at = _db_now(conn, now)
+        if row is None:
+            raise NotFound(f"No schedule with key {schedule_key!r} in queue {queue!r}.")
+        return Schedule.from_row(row, at)
+
+    def list(
+        self, queue: str, *, after: str | None = None, limit: int = 1000, now: datetime | None = None
+    ) -> list[Schedule]:
+        """A queue's schedules in key order, `limit` at most, those after the key `after`."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(q("list_schedules"), {"queue": queue, "after": after, "limit": limit}).mappings().all()
+            at = _db_now(conn, now)
+        return [Schedule.from_row(row, at) for row in rows]
+
+    def delete(self, queue: str, schedule_key: str, *, actor: str, now: datetime | None = None) -> Schedule:
+        """Stop a schedule: it is removed and its waiting occurrence cancelled; returns it as it was."""
+        with self.engine.begin() as conn:
+            params = {"queue": queue, "schedule_key": schedule_key, "now": now}
+            row = conn.execute(q("lock_schedule"), params).mappings().first()
+            if row is None:
+                raise NotFound(f"No schedule with key {schedule_key!r} in queue {queue!r}.")
+            if row["enqueued_through"] is not None and row["enqueued_through"] > row["db_now"]:
+                self._cancel_waiting(conn, row, actor, "schedule deleted", now)
+            conn.execute(q("delete_schedule"), params)
+            self._log(conn, row, Action.SCHEDULE_DELETED, actor, now, {}, None)
+            return Schedule.from_row(row, row["db_now"], upcoming=0)
+
+    def _log(
+        self,
+        conn: sa.Connection,
+        row: sa.RowMapping,
+        action: str,
+        actor: str,
+        now: datetime | None,
+        details: dict[str, Any],
+        schedule_on: datetime | None,
+    ) -> None:
+        """A timeline entry of the schedule; `schedule_on`: the occurrence now waiting, if any."""
+        described = {
+            **details,
+            "cron": row["cron"],
+            "timezone": row["timezone"],
+            "catch_up": row["catch_up"],
+            "paused": row["paused"],
+        }
+        if row["group_key"] is not None:
+            described["group_key"] = row["group_key"]
+        conn.execute(
+            q("log_schedule_change"),
+            {
+                "queue": row["queue"],
+                "schedule_key": row["schedule_key"],
+                "action": action,
+                "actor": actor,
+                "schedule_on": schedule_on,
+                "details": json.dumps(described),
+                "now": now,
+            },
+        )
+
+
+def _spec_params(spec: ScheduleSpec, *, stored: bool = False) -> dict[str, Any]:
+    """The spec's fields; `stored`: as bound parameters (data as JSON text)."""
+    return {
+        "cron": spec.cron,
+        "timezone": spec.timezone,
+        "data": json.dumps(spec.data, separators=(",", ":")) if stored else spec.data,
+        "group_key": spec.group_key,
+        "catch_up": spec.catch_up,
+        "paused": spec.paused,
+    }
+
+
+def _db_now(conn: sa.Connection, now: datetime | None) -> datetime:
+    at: datetime = conn.execute(sa.text("SELECT coalesce(CAST(:now AS timestamptz), now())"), {"now": now}).scalar_one()
+    return at
+
+
+def _next_waiting(row: sa.RowMapping) -> datetime | None:
+    """The occurrence waiting as an event, for the timeline's `schedule_on` (None: none waits)."""
+    through: datetime | None = row["enqueued_through"]
+    if row["paused"] or through is None or through <= row["db_now"]:
+        return None
+    return through
