@@ -228,3 +228,4 @@ def _delete(conn: psycopg.Connection[Any], run: dict[str, Any]) -> None:
             )
         conn.execute(db.q("delete_run_items"), {"run_id": run_id})
         conn.execute(db.q("mark_deleted"), {"run_id": run_id})
+    conn.execute(db.q("analyze_after_delete"))

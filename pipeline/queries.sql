@@ -144,6 +144,12 @@ UPDATE tickler_archive_run SET state = 'deleted', deleted_on = now()
 WHERE id = %(run_id)s AND state = 'written'
 RETURNING id
 
+-- name: analyze_after_delete
+-- Fresh statistics once a run's history is gone. Until autovacuum notices, the planner would
+-- still see a table of finished events, believe almost nothing is open, and could read every
+-- open event to find the few leases an ack names.
+ANALYZE tickler_event, tickler_timeline
+
 -- name: import_queues
 -- The queues an import may write to, with their default max_attempts.
 SELECT name, max_attempts FROM tickler_queue
