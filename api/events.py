@@ -25,7 +25,7 @@ from tickler.scheduler import rules
 from tickler.scheduler.errors import InFlight, Invalid, KeyConflict, TooLarge
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.states import ALL_STATUSES, Scheduled
-from tickler.scheduler.store import EventChanges, SearchFilter
+from tickler.scheduler.store import EventChanges, Matching, SearchFilter
 from tickler.scheduler.store.events import UNSET
 from tickler.scheduler.store.search import decode_cursor, encode_cursor
 
@@ -131,11 +131,12 @@ def cancel_matching(queue: str) -> Response:
 
 
 def on_matching(queue: str, schema: Schema, act: Callable[..., int], answer: str) -> Response:
-    """A call on the events a filter matches: `act` gets the fields given (group_key,
-    item_key_prefix, ...) and the caller; the answer is how many it touched."""
+    """A call on the events a filter matches: `act` gets the filter (group_key and/or
+    item_key_prefix), the caller and the other fields given; the answer is how many it touched."""
     auth.visible_queue(queue)
     fields = schema.load(context.json_body())
-    return jsonify({answer: act(queue, actor=auth.principal().name, **fields)})
+    matching = Matching(fields.pop("group_key", None), fields.pop("item_key_prefix", None))
+    return jsonify({answer: act(queue, matching, actor=auth.principal().name, **fields)})
 
 
 @bp.get("")

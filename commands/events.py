@@ -11,7 +11,7 @@ from tickler.commands.output import print_fields, print_json, print_table
 from tickler.scheduler import rules
 from tickler.scheduler.errors import Invalid
 from tickler.scheduler.models import Event, TimelineEntry, event_to_json
-from tickler.scheduler.store import SearchFilter, Store
+from tickler.scheduler.store import Matching, SearchFilter, Store
 from tickler.scheduler.store.search import ALL_STATUSES, decode_cursor, encode_cursor
 
 
@@ -171,9 +171,7 @@ def _change(store: Store, args: argparse.Namespace) -> int:
         if by_filter:
             if args.at or args.delay is not None:
                 raise Invalid("--at and --delay apply to one key.", errors={"at": ["Only with an item_key."]})
-            n = store.events.retry_matching(
-                args.queue, actor=args.actor, group_key=args.group, item_key_prefix=args.prefix
-            )
+            n = store.events.retry_matching(args.queue, Matching(args.group, args.prefix), actor=args.actor)
             return _count("retried", n, args.json)
         event = store.events.retry(
             args.queue, args.item_key, actor=args.actor, schedule_on=args.at, delay_seconds=args.delay
@@ -181,7 +179,7 @@ def _change(store: Store, args: argparse.Namespace) -> int:
     else:
         if by_filter:
             n = store.events.cancel_matching(
-                args.queue, actor=args.actor, group_key=args.group, item_key_prefix=args.prefix, reason=args.reason
+                args.queue, Matching(args.group, args.prefix), actor=args.actor, reason=args.reason
             )
             return _count("cancelled", n, args.json)
         event = store.events.cancel(args.queue, args.item_key, actor=args.actor, reason=args.reason)

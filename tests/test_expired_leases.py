@@ -17,7 +17,7 @@ from tests.conftest import auth
 from tickler.scheduler.errors import NotFound, StaleLease
 from tickler.scheduler.models import Lease, NewEvent, Queue
 from tickler.scheduler.states import OnConflict
-from tickler.scheduler.store import Store
+from tickler.scheduler.store import Matching, Store
 from tickler.scheduler.store.events import EventChanges
 
 KEYS = ("reaped", "unreaped")
@@ -234,7 +234,7 @@ def test_cancel_by_filter_cancels_it(
     store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], max_attempts: int
 ) -> None:
     leased_pair(store, make_queue, raw, max_attempts=max_attempts)
-    cancelled = store.events.cancel_matching("emails", actor="test", item_key_prefix="")
+    cancelled = store.events.cancel_matching("emails", Matching(item_key_prefix=""), actor="test")
     last = "cancelled" if max_attempts > 1 else "dead"
     assert cancelled == (2 if max_attempts > 1 else 0)
     assert assert_same(store, "enqueued", "claimed", "lease_expired", last)[0] == last

@@ -18,6 +18,7 @@ from tickler.api import auth, context
 from tickler.api.ui.session import signed_in
 from tickler.scheduler import rules
 from tickler.scheduler.errors import TicklerError
+from tickler.scheduler.store import Matching
 
 _REASON = "cancelled from the dashboard"
 
@@ -94,7 +95,7 @@ def _on_matching(queue: str, act: Callable[..., int], done: str) -> Response:
     if error:
         flash(error, "error")
     else:
-        n = act(actor=signed_in().name, group_key=group_key, item_key_prefix=prefix)
+        n = act(Matching(group_key, prefix), actor=signed_in().name)
         flash(done.format(n=n, s="s" if n != 1 else ""), "ok")
     return _back(queue)
 

@@ -9,6 +9,7 @@ from tickler.scheduler.store.leases import LeaseStore
 from tickler.scheduler.store.operations import DeletedQueue, QueueGauges
 from tickler.scheduler.store.queues import QueueSettings, QueueStore
 from tickler.scheduler.store.schedules import Schedule, ScheduleSpec, ScheduleStore
+from tickler.scheduler.store.search import Matching
 from tickler.scheduler.store.tokens import TokenStore
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "EventChanges",
     "EventStore",
     "LeaseStore",
+    "Matching",
     "QueueGauges",
     "QueueSettings",
     "QueueStore",

@@ -18,6 +18,7 @@ from tickler.scheduler.states import Action, OnConflict, Scheduled, Status
 from tickler.scheduler.store import search
 from tickler.scheduler.store.archive import archived_history
 from tickler.scheduler.store.operations import EventOperations
+from tickler.scheduler.store.search import Matching
 
 # tickler_schedule()'s outcomes for an item it wrote, and for one held under a lease.
 _WRITTEN = frozenset({Scheduled.CREATED, Scheduled.REPLACED, Scheduled.DEBOUNCED})
@@ -270,21 +271,14 @@ class EventStore(EventOperations):
     def cancel_matching(
         self,
         queue: str,
+        matching: Matching,
         *,
         actor: str,
-        group_key: str | None = None,
-        item_key_prefix: str | None = None,
         reason: str | None = None,
         now: datetime | None = None,
     ) -> int:
         """Cancel every open event of the queue that matches and is not in flight; return how many."""
-        params = {
-            "queue": queue,
-            "actor": actor,
-            "reason": reason,
-            "now": now,
-            **search.matching("cancel_matching", group_key, item_key_prefix),
-        }
+        params = {"queue": queue, "actor": actor, "reason": reason, "now": now, **matching.params()}
         with self.engine.begin() as conn:
             return int(conn.execute(q("cancel_matching"), params).scalar_one())
 

@@ -13,8 +13,8 @@ import sqlalchemy.exc
 from tickler.scheduler.errors import KeyConflict, NotFound, QueueInUse
 from tickler.scheduler.models import Event, Queue
 from tickler.scheduler.sql import q
-from tickler.scheduler.store import search
 from tickler.scheduler.store.base import EngineStore
+from tickler.scheduler.store.search import Matching
 
 # The one-open-event-per-key index: a retry that races a new event of its key runs into it.
 OPEN_KEY_INDEX = "tickler_event_open_key"
@@ -79,23 +79,10 @@ class EventOperations(EngineStore):
             )
         raise NotFound(f"The most recent event of key {item_key!r} in queue {queue!r} is not dead.")
 
-    def retry_matching(
-        self,
-        queue: str,
-        *,
-        actor: str,
-        group_key: str | None = None,
-        item_key_prefix: str | None = None,
-        now: datetime | None = None,
-    ) -> int:
-        """retry() every dead event of the queue with this group and/or key prefix (one needed) that
-        is its key's most recent event; each is due now. Returns how many were opened again."""
-        params = {
-            "queue": queue,
-            "actor": actor,
-            "now": now,
-            **search.matching("retry_matching", group_key, item_key_prefix),
-        }
+    def retry_matching(self, queue: str, matching: Matching, *, actor: str, now: datetime | None = None) -> int:
+        """retry() every dead event of the queue that matches and is its key's most recent event;
+        each is due now. Returns how many were opened again."""
+        params = {"queue": queue, "actor": actor, "now": now, **matching.params()}
         for _ in range(_RETRY_MATCHING_ATTEMPTS):
             try:
                 with self.engine.begin() as conn:

@@ -92,16 +92,22 @@ def prefix_end(prefix: str) -> str | None:
     return None
 
 
-def matching(operation: str, group_key: str | None, item_key_prefix: str | None) -> dict[str, str | None]:
-    """The filter of a bulk operation (cancel_matching, retry_matching) as its bind parameters: a
-    group and/or a key prefix, the prefix as the range [prefix, prefix_end). One of them is needed."""
-    if group_key is None and item_key_prefix is None:
-        raise ValueError(f"{operation} needs a group_key or an item_key_prefix")
-    return {
-        "group_key": group_key,
-        "prefix": item_key_prefix,
-        "prefix_end": prefix_end(item_key_prefix) if item_key_prefix else None,
-    }
+@dataclass(frozen=True)
+class Matching:
+    """Which events a bulk operation (cancel_matching, retry_matching) touches: a group and/or a
+    key prefix. One of them is needed: a bulk call over a whole queue is never implied."""
+
+    group_key: str | None = None
+    item_key_prefix: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.group_key is None and self.item_key_prefix is None:
+            raise ValueError("a bulk operation needs a group_key or an item_key_prefix")
+
+    def params(self) -> dict[str, str | None]:
+        """The bind parameters of the bulk statements: the prefix as the range [prefix, prefix_end)."""
+        prefix = self.item_key_prefix
+        return {"group_key": self.group_key, "prefix": prefix, "prefix_end": prefix_end(prefix) if prefix else None}
 
 
 def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, open_part: bool) -> sa.Select[Any]:
