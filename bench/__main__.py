@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--repeats", type=int, help="repeats per measurement (default 3; quick: 1)")
     parser.add_argument("--soak-minutes", type=float, default=30.0, help="soak duration (full mode; default 30)")
+    parser.add_argument(
+        "--soak-rate", type=int, default=1_000, help="events/s scheduled and delivered by the soak (default 1,000)"
+    )
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from bench/results.json")
     parser.add_argument(
         "--output",
@@ -81,6 +84,7 @@ def _main(args: argparse.Namespace, admin_url: str, cluster: str) -> int:
         quick=args.quick,
         repeats=args.repeats or (1 if args.quick else 3),
         soak_minutes=0.1 if args.quick else args.soak_minutes,
+        soak_rate=args.soak_rate,
     )
     chosen = [] if args.report_only else args.only or SCENARIOS
     results: dict[str, Any] = {}

@@ -79,6 +79,7 @@ class Context:
     quick: bool
     repeats: int
     soak_minutes: float
+    soak_rate: int = 1_000
     findings: dict[str, str] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)
 

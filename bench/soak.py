@@ -1,5 +1,6 @@
-"""Soak: schedule and deliver at 1,000 events/s for 30 minutes (--soak-minutes); compare the last
-minute with the first (throughput, p99 lateness) and watch what a claim must step over."""
+"""Soak: schedule and deliver at 1,000 events/s (--soak-rate) for 30 minutes (--soak-minutes);
+compare the last minute with the first (throughput, p99 lateness) and watch what a claim must step
+over and how large the table and its claim index grow."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import psycopg
 from bench.harness import QUEUE, Context, Row, make_queue, median, percentile, say
 from bench.lateness import tickler_lateness
 
-RATE = 1_000
 # Room for a whole claim batch in flight (the defaults give 64 per queue; see the lateness rows for
 # what they do at 2,000/s): a soak is about drift over time, not about that limit.
 ROOM = {"concurrency": 100, "queue_concurrency": 100}
@@ -27,7 +27,8 @@ def sample(url: str, samples: list[dict[str, float]]) -> None:
         plan = conn.execute(STEP_OVER, (QUEUE,)).fetchone()
         stats = conn.execute(
             "SELECT pg_relation_size('tickler_event_claimable'), n_dead_tup, n_live_tup, "
-            "(SELECT count(*) FROM tickler_event) FROM pg_stat_user_tables WHERE relname = 'tickler_event'"
+            "(SELECT count(*) FROM tickler_event), (SELECT count(*) FROM tickler_event WHERE dequeued_on IS NULL), "
+            "pg_relation_size('tickler_event') FROM pg_stat_user_tables WHERE relname = 'tickler_event'"
         ).fetchone()
     assert plan is not None and stats is not None
     top = plan[0][0]["Plan"]
@@ -37,6 +38,8 @@ def sample(url: str, samples: list[dict[str, float]]) -> None:
             "index_kib": stats[0] / 1024,
             "dead": stats[1],
             "rows": stats[3],
+            "open": stats[4],
+            "table_mib": round(stats[5] / 1024 / 1024, 1),
         }
     )
 
@@ -57,7 +60,9 @@ def run(ctx: Context) -> list[Row]:
     with ctx.database() as url:
         make_queue(url)
         sample(url, samples)
-        seen, achieved = tickler_lateness(url, RATE, seconds, "s-", room=ROOM, during=lambda: sample(url, samples))
+        seen, achieved = tickler_lateness(
+            url, ctx.soak_rate, seconds, "s-", room=ROOM, during=lambda: sample(url, samples)
+        )
         sample(url, samples)
     start = min(due for due, _ in seen) + warmup
     buckets: dict[int, list[float]] = {}
@@ -73,16 +78,18 @@ def run(ctx: Context) -> list[Row]:
         for k, v in sorted(buckets.items())
         if k < count
     ]
-    ctx.findings[f"soak: per {bucket:g} s, {ctx.soak_minutes:g} min at {RATE:,}/s"] = (
+    ctx.findings[f"soak: per {bucket:g} s, {ctx.soak_minutes:g} min at {ctx.soak_rate:,}/s"] = (
         f"After {warmup:g} s of start-up.\n\n```\n" + "\n".join(per_bucket) + "\n```\n\n"
         "What a claim steps over (sampled each minute: buffers touched by the claim's candidate scan, "
-        "size of tickler_event_claimable, dead and total rows):\n\n```\n" + "\n".join(f"{s}" for s in samples) + "\n```"
+        "size of tickler_event_claimable, dead, total and open rows, size of tickler_event):\n\n```\n"
+        + "\n".join(f"{s}" for s in samples)
+        + "\n```"
     )
     say(
         f"soak: first {rate_first:,.0f}/s p99 {p99_first:.1f} ms, last {rate_last:,.0f}/s p99 {p99_last:.1f} ms; "
         f"achieved {achieved:,.0f}/s; samples {samples}"
     )
-    label = f"soak {ctx.soak_minutes:g} min at {RATE:,}/s, 1 worker, 100 in flight"
+    label = f"soak {ctx.soak_minutes:g} min at {ctx.soak_rate:,}/s, 1 worker, 100 in flight"
     rows = [
         Row(
             f"{label}: throughput, last {bucket:g} s (baseline column: first)",
