@@ -106,6 +106,7 @@ def _main(args: argparse.Namespace, admin_url: str, cluster: str) -> int:
             "seconds": round(time.monotonic() - began, 1),
             "at": time.strftime("%Y-%m-%d %H:%M"),
             "soak_minutes": ctx.soak_minutes if name == "soak" else None,
+            "soak_rate": ctx.soak_rate if name == "soak" else None,
             # runs of one report may be days and commits apart: say what each ran on
             "server": report.run_settings(ctx.admin_url),
             "cluster": cluster,

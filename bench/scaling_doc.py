@@ -1,5 +1,6 @@
 """docs/scaling.md, generated from the `scaling` rows of bench/results.json (python -m bench --only
-scaling, or --report-only): the curves, where each bends, and the arithmetic for 1B events/day.
+scaling, or --report-only): the curves, where each bends, and the arithmetic for 1B events/day; and
+from the `soak` rows: how the box holds its highest sustained rate for half an hour.
 Figures not measured yet read "(not measured: run `python -m bench --only scaling`)"."""
 
 from __future__ import annotations
@@ -69,6 +70,42 @@ def _cores(drain: Row | None, http: Row | None) -> tuple[float | None, float | N
     app = drain.cpu["tickler"][0] + http.cpu["tickler"][0]
     db = drain.cpu["tickler"][1] + http.cpu["tickler"][1]
     return app * RATE / 1e6, db * RATE / 1e6
+
+
+def _soak(results: dict[str, Any]) -> list[str]:
+    """The soak at the highest rate this box sustains: does it hold for the whole run?"""
+    soak = results.get("soak")
+    if not soak:
+        return ["## Sustained for half an hour", "", f"{MISSING} (`python -m bench --only soak --soak-rate R`)", ""]
+    rows = [Row(**r) for r in soak["rows"]]
+    minutes, rate = soak.get("soak_minutes") or 0, soak.get("soak_rate") or 1_000
+
+    def line(row: Row) -> str:
+        what = row.scenario.split(": ", 1)[1].split(" (baseline column")[0]
+        verdict = "held" if row.met else "**did not hold**"
+        return (
+            f"| {what} | {_num(row.baseline, 1)} {row.unit} | {_num(row.tickler, 1)} {row.unit} | {row.target} | "
+            f"{verdict} |"
+        )
+
+    return [
+        "## Sustained for half an hour",
+        "",
+        f"`python -m bench --only soak --soak-minutes {minutes:g} --soak-rate {rate}` ({soak.get('at')}, "
+        f"{soak.get('server', '')}): one producer schedules {rate:,} events/s with due times spread over the "
+        "run, one worker process claims and delivers them (batch 100, 100 in flight), for "
+        f"{minutes:g} minutes. First against last:",
+        "",
+        "| measure | first | last | held if | |",
+        "|---|---:|---:|---|---|",
+        *(line(row) for row in rows),
+        "",
+        "The claim's candidate scan and the claim index stay the size of the open events, not of "
+        "history: finished events leave `tickler_event_claimable` (a partial index), and vacuum "
+        "reclaims their dead entries. The table itself grows with the history it keeps until the "
+        "archive moves it out. Minute-by-minute figures: docs/benchmarks.md, `soak: per 60 s`.",
+        "",
+    ]
 
 
 def render(results: dict[str, Any]) -> str:
@@ -148,6 +185,7 @@ def render(results: dict[str, Any]) -> str:
             "finish (2 x 11,574 dead tuples/s on the hot table: per-table autovacuum settings of "
             "migration 0004, and a hot table that holds only open events).",
             "",
+            *_soak(results),
             "## Scaling out: the API and the workers",
             "",
             "The API and the workers hold no state of their own: every decision is a statement in "

@@ -141,4 +141,19 @@ def run(ctx: Context) -> list[Row]:
                 end_buffers <= 1.5 * start_buffers,
             )
         )
+        # The hot part of the table: the claim index holds open events only, so its size follows
+        # the backlog, not the history (the table itself keeps finished events until the archive).
+        start_kib = median([s["index_kib"] for s in during[:WINDOW_BUCKETS]])
+        end_kib = median([s["index_kib"] for s in during[-WINDOW_BUCKETS:]])
+        rows.append(
+            Row(
+                f"{label}: size of the claim index (tickler_event_claimable), median of the last 5 samples "
+                f"(baseline column: of the first 5; the table {during[-1]['table_mib']:,.0f} MiB by the end)",
+                end_kib,
+                start_kib,
+                "KiB",
+                "no slide: ≤ 1.5x the first",
+                end_kib <= 1.5 * start_kib,
+            )
+        )
     return rows
