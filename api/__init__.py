@@ -93,6 +93,18 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     return app
 
 
+def close_app(app: Flask) -> None:
+    """Stop what create_app started: the pull claims' waiters, the LISTEN connection and the
+    connection pool. For a program or a test that builds an app and goes on running (a WSGI
+    server's process simply exits); without it the listener keeps reconnecting to a database
+    that may be gone."""
+    app.extensions["tickler.pull"].stop()
+    listener = app.extensions.get("tickler.listener")
+    if listener is not None:
+        listener.stop()
+    app.extensions["tickler"].store.engine.dispose()
+
+
 def _bounded_body() -> None:
     """Hold the body limit when no Content-Length announces the size (chunked transfer).
 

@@ -13,7 +13,7 @@ TARGET_MS = 50.0
 
 def measure(ctx: Context, url: str, events: int) -> list[Row]:
     """Time the endpoint in-process (Flask test client: the whole view, no network) on a built state."""
-    from tickler.api import create_app
+    from tickler.api import close_app, create_app
     from tickler.config import Settings
 
     app = create_app(Settings(database_url=url, migrate_on_start=False, log_level="WARNING"), configure_logs=False)
@@ -34,7 +34,7 @@ def measure(ctx: Context, url: str, events: int) -> list[Row]:
         started = time.perf_counter()
         conn.execute("SELECT count(*) FROM tickler_event WHERE queue = %s AND dequeued_on IS NULL", (QUEUE,))
         plain = (time.perf_counter() - started) * 1000
-    app.extensions["tickler"].store.engine.dispose()
+    close_app(app)
     t = median(runs)
     say(f"counts at {events:,}: {t:.2f} ms ({runs}); plain count(*) {plain:.0f} ms; {counts}")
     ctx.findings[f"counts: answer at {events:,} events"] = f"`{counts}`"

@@ -29,7 +29,7 @@ from bench.harness import (
     say,
     secondary_indexes_dropped,
 )
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.config import Settings
 from tickler.scheduler.migrate import migrate
 
@@ -126,7 +126,7 @@ def time_pages(url: str, repeats: int) -> dict[str, float]:
             response.close()
         results[name] = median(times[1:])  # the first request warms the pool and the plan cache
         say(f"{name}: {results[name]:.1f} ms")
-    store.engine.dispose()
+    close_app(app)
     return results
 
 

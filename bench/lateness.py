@@ -6,7 +6,6 @@ but the offset (database minus wall, from a round trip's midpoint) is measured a
 
 from __future__ import annotations
 
-import json
 import tempfile
 import threading
 import time
@@ -17,7 +16,7 @@ from typing import Any
 from bench import baseline
 from bench.harness import QUEUE, Context, Row, clock_offset, make_queue, median, percentile, say, store_for
 from bench.harness import wait_until_drained as drained
-from bench.procs import SPAWN, WorkerSpec, tickler_workers
+from bench.procs import SPAWN, WorkerSpec, read_seen, tickler_workers
 from tickler.scheduler.models import NewEvent
 
 LEAD = 0.25  # seconds ahead each event is scheduled
@@ -65,7 +64,7 @@ def tickler_lateness(
     worker's pid once it is ready (a CPU meter counting it)."""
     offset = clock_offset(url)
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "seen.json"
+        out = Path(tmp) / "seen.bin"
         spec = WorkerSpec(url, QUEUE, 100, mode="record", out_path=str(out), **(room or {}))  # type: ignore[arg-type]
         insert, close = tickler_inserter(url)
         try:
@@ -83,7 +82,7 @@ def tickler_lateness(
                     sampler.join()
         finally:
             close()
-        seen = json.loads(out.read_text())
+        seen = read_seen(str(out))
     return [(due, wall + offset - due) for wall, due in seen], achieved
 
 

@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 
 from tests import pg
 from tests.helpers_http import serving_app
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.config import Settings
 from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.delivery.webhook import WebhookDeliverer
@@ -101,11 +101,7 @@ def store(engine: sa.Engine) -> Store:
 def app(settings: Settings) -> Iterator[Flask]:
     app = create_app(settings, configure_logs=False)
     yield app
-    app.extensions["tickler.pull"].stop()
-    listener = app.extensions.get("tickler.listener")
-    if listener is not None:
-        listener.stop()
-    app.extensions["tickler"].store.engine.dispose()
+    close_app(app)
 
 
 @pytest.fixture

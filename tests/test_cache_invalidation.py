@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 
 from tests.conftest import auth
 from tests.helpers_wait import wait_until
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.api.cache import TTLCache
 from tickler.config import Settings
 from tickler.scheduler.store import Store
@@ -29,8 +29,7 @@ def two_apps(settings: Settings) -> Iterator[tuple[FlaskClient, FlaskClient]]:
         wait_until(app.extensions["tickler.listener"].connected.is_set, what="the LISTEN connection")
     yield apps[0].test_client(), apps[1].test_client()
     for app in apps:
-        app.extensions["tickler.listener"].stop()
-        app.extensions["tickler"].store.engine.dispose()
+        close_app(app)
 
 
 def _refused(client: FlaskClient, token: str) -> bool:
@@ -100,3 +99,17 @@ def test_nothing_is_cached_while_drops_could_be_missed() -> None:
     connected = True
     assert cache.get("k", lambda: next(loads)) == 2
     assert cache.get("k", lambda: next(loads)) == 2
+
+
+def test_close_app_stops_the_listener_and_the_pool(settings: Settings) -> None:
+    """A program that builds an app and goes on running can stop what create_app started: no
+    thread keeps reconnecting to a database that may be gone, no pooled connection stays open."""
+    app = create_app(settings.with_overrides(cache_seconds=3600), configure_logs=False)
+    listener = app.extensions["tickler.listener"]
+    wait_until(listener.connected.is_set, what="the LISTEN connection")
+    thread = listener._thread
+    assert thread is not None and thread.is_alive()
+    assert app.test_client().get("/readyz").status_code == 200  # the pool holds a connection now
+    close_app(app)
+    assert not thread.is_alive()
+    assert app.extensions["tickler"].store.engine.pool.checkedin() == 0

@@ -24,7 +24,7 @@ from tickler_client import (
 from werkzeug.serving import make_server
 
 from tests.client_proxy import FlakyProxy, flaky_proxy
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.config import Settings
 
 
@@ -90,10 +90,7 @@ def test_a_server_whose_database_is_down_answers_503_with_retry_after(token: str
     finally:
         server.shutdown()
         thread.join(timeout=10)
-        listener = app.extensions.get("tickler.listener")
-        if listener is not None:
-            listener.stop()
-        app.extensions["tickler"].store.engine.dispose()
+        close_app(app)
     assert caught.value.status == 503 and caught.value.retry_after == 1.0
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 from tests import pg
 from tests.conftest import auth
 from tests.helpers import PROBLEM, schedule
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.api.problems import Refusals
 from tickler.config import Settings
 from tickler.scheduler.db import libpq_url, unavailable_reason
@@ -30,7 +30,7 @@ def own_app(admin_url: str) -> Iterator[Flask]:
     migrate(url)
     app = create_app(Settings(database_url=url, migrate_on_start=False, cache_seconds=0), configure_logs=False)
     yield app
-    app.extensions["tickler"].store.engine.dispose()
+    close_app(app)
     pg.drop_database(admin_url, url)
 
 

@@ -21,7 +21,7 @@ from flask.testing import FlaskClient
 from tests.conftest import auth
 from tests.helpers import assert_problem, key_url, schedule, written
 from tests.helpers_http import serving_app
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.config import Settings
 
 OUT_OF_RANGE = ["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+01:00"]
@@ -125,7 +125,7 @@ def small_server(settings: Settings) -> Iterator[str]:
     app: Flask = create_app(dataclasses.replace(settings, max_body_bytes=4096), configure_logs=False)
     with serving_app(app) as url:
         yield url
-    app.extensions["tickler"].store.engine.dispose()
+    close_app(app)
 
 
 def _post_chunked(base_url: str, token: str, body: bytes) -> tuple[int, str]:

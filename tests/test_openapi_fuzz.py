@@ -21,7 +21,7 @@ from flask.testing import FlaskClient
 from tests.conftest import auth
 from tests.helpers import schedule
 from tests.helpers_http import serving_app
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.config import Settings
 from tickler.scheduler.store import Store
 
@@ -77,12 +77,7 @@ def fuzz_server(settings: Settings) -> Iterator[str]:
     app = create_app(settings.with_overrides(max_wait_seconds=0.5), configure_logs=False)
     with serving_app(app) as url:
         yield url
-    app.extensions["tickler.pull"].stop()
-    app.extensions["tickler.pull"].stop()
-    listener = app.extensions.get("tickler.listener")
-    if listener is not None:
-        listener.stop()
-    app.extensions["tickler"].store.engine.dispose()
+    close_app(app)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 from tests import pg
 from tests.conftest import auth
 from tests.helpers import PROBLEM, schedule
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.config import Settings
 from tickler.scheduler.migrate import migrate
 
@@ -38,7 +38,7 @@ def empty_database_app(admin_url: str, settings: Settings) -> Iterator[tuple[Fla
     try:
         yield app, url
     finally:
-        app.extensions["tickler"].store.engine.dispose()
+        close_app(app)
         pg.drop_database(admin_url, url)
 
 
@@ -64,7 +64,7 @@ def test_readyz_is_503_when_the_database_is_gone(settings: Settings) -> None:
         assert response.status_code == 503
         assert response.mimetype == PROBLEM
     finally:
-        app.extensions["tickler"].store.engine.dispose()
+        close_app(app)
 
 
 def _sample(text: str, name: str, **labels: str) -> float:
@@ -117,7 +117,7 @@ def test_metrics_token(settings: Settings) -> None:
         assert client.get("/metrics", headers=auth("wrong")).status_code == 401
         assert client.get("/metrics", headers=auth("s3cret")).status_code == 200
     finally:
-        app.extensions["tickler"].store.engine.dispose()
+        close_app(app)
 
 
 def test_openapi_is_valid_and_names_every_v1_path(app: Flask, client: FlaskClient) -> None:

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import auth
 from tests.helpers import schedule
 from tests.test_plans import plan
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.config import Settings
 from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.store import Store
@@ -92,7 +92,7 @@ def second_app(settings: Settings) -> Iterator[Flask]:
     """Another process's app: its own engine, its own metric registries."""
     app = create_app(settings, configure_logs=False)
     yield app
-    app.extensions["tickler"].store.engine.dispose()
+    close_app(app)
 
 
 def test_every_process_answers_the_same_gauges(client: FlaskClient, admin_token: str, second_app: Flask) -> None:

@@ -17,7 +17,7 @@ from werkzeug.test import TestResponse
 
 from tests.conftest import auth
 from tests.helpers import schedule
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.config import Settings
 from tickler.scheduler.store import Store
 
@@ -247,7 +247,7 @@ def test_processes_share_the_session_key_kept_in_the_database(
         assert second.secret_key == first.secret_key
     finally:
         for app in (first, second):
-            app.extensions["tickler"].store.engine.dispose()
+            close_app(app)
 
 
 def test_a_secret_key_setting_is_used_as_given(settings: Settings, admin_token: str) -> None:
@@ -257,7 +257,7 @@ def test_a_secret_key_setting_is_used_as_given(settings: Settings, admin_token: 
         assert app.secret_key == "k" * 40
         assert "Secure" in response.headers["Set-Cookie"]
     finally:
-        app.extensions["tickler"].store.engine.dispose()
+        close_app(app)
 
 
 def test_retry_buttons_single_and_by_filter(

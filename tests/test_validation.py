@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 
 from tests.conftest import auth
 from tests.helpers import PROBLEM, assert_problem, key_url, schedule, written
-from tickler.api import create_app
+from tickler.api import close_app, create_app
 from tickler.config import Settings
 
 GOOD: dict[str, Any] = {"item_key": "welcome:ana@example.com", "data": {"name": "Ana"}}
@@ -142,7 +142,7 @@ def test_encoded_slash_in_key_is_not_a_key(client: FlaskClient, emails: str, tok
 def small_app(settings: Settings) -> Flask:
     app = create_app(settings.with_overrides(max_event_data_bytes=1000, max_body_bytes=20_000), configure_logs=False)
     yield app  # type: ignore[misc]
-    app.extensions["tickler"].store.engine.dispose()
+    close_app(app)
 
 
 def test_data_over_the_limit_is_413(small_app: Flask, emails: str, token: str, raw: psycopg.Connection[Any]) -> None:
