@@ -128,32 +128,33 @@ def run(ctx: Context) -> list[Row]:
         # The bloat check: what a claim steps over in the last minutes against the first ones (the
         # claim index at its working size), however many events have finished meanwhile. Medians:
         # between two vacuums dead entries pile up, and one sample may catch the top of that heap.
-        start_buffers = median([s["buffers"] for s in during[:WINDOW_BUCKETS]])
-        end_buffers = median([s["buffers"] for s in during[-WINDOW_BUCKETS:]])
         rows.append(
-            Row(
+            _no_slide(
+                during,
+                "buffers",
                 f"{label}: buffers a claim's candidate scan touches, median of the last 5 samples (baseline "
                 f"column: of the first 5; {during[-1]['rows']:,.0f} events by the end)",
-                end_buffers,
-                start_buffers,
-                "buffers",
                 "no slide: ≤ 1.5x the first, however many events finished",
-                end_buffers <= 1.5 * start_buffers,
             )
         )
         # The hot part of the table: the claim index holds open events only, so its size follows
         # the backlog, not the history (the table itself keeps finished events until the archive).
-        start_kib = median([s["index_kib"] for s in during[:WINDOW_BUCKETS]])
-        end_kib = median([s["index_kib"] for s in during[-WINDOW_BUCKETS:]])
         rows.append(
-            Row(
+            _no_slide(
+                during,
+                "index_kib",
                 f"{label}: size of the claim index (tickler_event_claimable), median of the last 5 samples "
                 f"(baseline column: of the first 5; the table {during[-1]['table_mib']:,.0f} MiB by the end)",
-                end_kib,
-                start_kib,
-                "KiB",
                 "no slide: ≤ 1.5x the first",
-                end_kib <= 1.5 * start_kib,
             )
         )
     return rows
+
+
+def _no_slide(during: list[dict[str, float]], key: str, scenario: str, target: str) -> Row:
+    """The median of a sampled figure over the last WINDOW_BUCKETS samples against the first ones;
+    held while it stays within 1.5x."""
+    start = median([s[key] for s in during[:WINDOW_BUCKETS]])
+    end = median([s[key] for s in during[-WINDOW_BUCKETS:]])
+    unit = "KiB" if key == "index_kib" else key
+    return Row(scenario, end, start, unit, target, end <= 1.5 * start)

@@ -269,13 +269,7 @@ class EventStore(EventOperations):
             return Event.from_row(row)
 
     def cancel_matching(
-        self,
-        queue: str,
-        matching: Matching,
-        *,
-        actor: str,
-        reason: str | None = None,
-        now: datetime | None = None,
+        self, queue: str, matching: Matching, *, actor: str, reason: str | None = None, now: datetime | None = None
     ) -> int:
         """Cancel every open event of the queue that matches and is not in flight; return how many."""
         params = {"queue": queue, "actor": actor, "reason": reason, "now": now, **matching.params()}
