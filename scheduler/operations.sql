@@ -179,13 +179,13 @@ SELECT d.name FROM deleted AS d CROSS JOIN (SELECT count(*) AS notified FROM wak
 -- (tickler_queue_count) for open and dead events, and for the time-dependent ones only the
 -- open-event indexes: live leases (the lease-expiry indexes, small), due events (an index-only
 -- count on tickler_event_open_schedule, less the due ones under a live lease), and the oldest due
--- event not in flight (the first entries of tickler_event_open_schedule).
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
-SELECT q.name, q.paused, clock.now AS db_now,
+-- event not in flight (the first entries of tickler_event_open_schedule). The clock is written
+-- out in each condition, not read from a CTE (see queue_live_counts: a CTE's value is an unknown
+-- to the planner, which then prices a count of due events as a scan of a third of the table).
+SELECT q.name, q.paused, coalesce(CAST(:now AS timestamptz), now()) AS db_now,
        coalesce(c.open, 0) AS open, coalesce(c.dead, 0) AS dead,
        live.in_flight, live.open_due - live.in_flight_due AS due, oldest.schedule_on AS oldest_due
 FROM tickler_queue AS q
-CROSS JOIN clock
 LEFT JOIN LATERAL (
     SELECT sum(n) FILTER (WHERE state = 'open') AS open, sum(n) FILTER (WHERE state = 'dead') AS dead
     FROM tickler_queue_count WHERE queue = q.name
@@ -194,23 +194,26 @@ CROSS JOIN LATERAL (
     SELECT
         (SELECT count(*) FROM tickler_event AS e
          WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
-           AND e.lease_expires_on > clock.now)
+           AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now()))
         + (SELECT count(*) FROM tickler_event AS e
            WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
-             AND e.lease_expires_on > clock.now) AS in_flight,
+             AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now())) AS in_flight,
         (SELECT count(*) FROM tickler_event AS e
          WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
-           AND e.lease_expires_on > clock.now AND e.schedule_on <= clock.now)
+           AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now())
+           AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now()))
         + (SELECT count(*) FROM tickler_event AS e
            WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
-             AND e.lease_expires_on > clock.now AND e.schedule_on <= clock.now) AS in_flight_due,
+             AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now())
+             AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())) AS in_flight_due,
         (SELECT count(*) FROM tickler_event AS e
-         WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.schedule_on <= clock.now) AS open_due
+         WHERE e.queue = q.name AND e.dequeued_on IS NULL
+           AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())) AS open_due
 ) AS live
 LEFT JOIN LATERAL (
     SELECT e.schedule_on FROM tickler_event AS e
-    WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.schedule_on <= clock.now
-      AND NOT coalesce(e.lease_expires_on > clock.now, false)
+    WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())
+      AND NOT coalesce(e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now()), false)
     ORDER BY e.schedule_on, e.id
     LIMIT 1
 ) AS oldest ON true

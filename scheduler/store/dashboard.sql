@@ -8,26 +8,27 @@ SET LOCAL jit = off;
 -- name: overview
 -- Each queue (or those named) with its counts by state from the trigger-kept counters, the
 -- time-dependent counts through the open-event indexes, and the oldest due, unleased event.
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
+-- The clock is written out in each condition, not read from a CTE (see queue_live_counts).
 SELECT q.name, q.delivery_mode, q.paused, q.max_in_flight, q.rate_per_second,
        coalesce(c.open, 0) AS open, coalesce(c.delivered, 0) AS delivered,
        coalesce(c.cancelled, 0) AS cancelled, coalesce(c.dead, 0) AS dead,
        (SELECT count(*) FROM tickler_event AS e
         WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
-          AND e.lease_expires_on > clock.now)
+          AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now()))
        + (SELECT count(*) FROM tickler_event AS e
           WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
-            AND e.lease_expires_on > clock.now) AS in_flight,
+            AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now())) AS in_flight,
        (SELECT count(*) FROM tickler_event AS e
-        WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.schedule_on <= clock.now
-          AND NOT coalesce(e.lease_expires_on > clock.now, false)) AS due,
+        WHERE e.queue = q.name AND e.dequeued_on IS NULL
+          AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())
+          AND NOT coalesce(e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now()), false)) AS due,
        (SELECT e.schedule_on FROM tickler_event AS e
-        WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.schedule_on <= clock.now
-          AND NOT coalesce(e.lease_expires_on > clock.now, false)
+        WHERE e.queue = q.name AND e.dequeued_on IS NULL
+          AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())
+          AND NOT coalesce(e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now()), false)
         ORDER BY e.schedule_on, e.id LIMIT 1) AS oldest_due,
-       clock.now AS now
+       coalesce(CAST(:now AS timestamptz), now()) AS now
 FROM tickler_queue AS q
-CROSS JOIN clock
 LEFT JOIN LATERAL (
     SELECT sum(n) FILTER (WHERE state = 'open') AS open,
            sum(n) FILTER (WHERE state = 'delivered') AS delivered,
