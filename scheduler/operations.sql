@@ -176,46 +176,17 @@ SELECT d.name FROM deleted AS d CROSS JOIN (SELECT count(*) AS notified FROM wak
 
 -- name: queue_gauges
 -- Per-queue gauges for /metrics and the dashboard, the same from every process: counters
--- (tickler_queue_count) for open and dead events, and for the time-dependent ones only the
--- open-event indexes: live leases (the lease-expiry indexes, small), due events (an index-only
--- count on tickler_event_open_schedule, less the due ones under a live lease), and the oldest due
--- event not in flight (the first entries of tickler_event_open_schedule). The clock is written
--- out in each condition, not read from a CTE (see queue_live_counts: a CTE's value is an unknown
--- to the planner, which then prices a count of due events as a scan of a third of the table).
+-- (tickler_queue_count) for open and dead events, and the time-dependent ones from
+-- tickler_live_counts (migration 0020: live leases, due events and the oldest due one, through
+-- indexes only).
 SELECT q.name, q.paused, coalesce(CAST(:now AS timestamptz), now()) AS db_now,
        coalesce(c.open, 0) AS open, coalesce(c.dead, 0) AS dead,
-       live.in_flight, live.open_due - live.in_flight_due AS due, oldest.schedule_on AS oldest_due
+       live.in_flight, live.due, live.oldest_due
 FROM tickler_queue AS q
 LEFT JOIN LATERAL (
     SELECT sum(n) FILTER (WHERE state = 'open') AS open, sum(n) FILTER (WHERE state = 'dead') AS dead
     FROM tickler_queue_count WHERE queue = q.name
 ) AS c ON true
-CROSS JOIN LATERAL (
-    SELECT
-        (SELECT count(*) FROM tickler_event AS e
-         WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
-           AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now()))
-        + (SELECT count(*) FROM tickler_event AS e
-           WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
-             AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now())) AS in_flight,
-        (SELECT count(*) FROM tickler_event AS e
-         WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
-           AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now())
-           AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now()))
-        + (SELECT count(*) FROM tickler_event AS e
-           WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
-             AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now())
-             AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())) AS in_flight_due,
-        (SELECT count(*) FROM tickler_event AS e
-         WHERE e.queue = q.name AND e.dequeued_on IS NULL
-           AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())) AS open_due
-) AS live
-LEFT JOIN LATERAL (
-    SELECT e.schedule_on FROM tickler_event AS e
-    WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())
-      AND NOT coalesce(e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now()), false)
-    ORDER BY e.schedule_on, e.id
-    LIMIT 1
-) AS oldest ON true
+CROSS JOIN LATERAL tickler_live_counts(q.name, coalesce(CAST(:now AS timestamptz), now())) AS live
 WHERE CAST(:names AS text[]) IS NULL OR q.name = ANY(CAST(:names AS text[]))
 ORDER BY q.name;

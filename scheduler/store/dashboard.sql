@@ -6,27 +6,13 @@
 SET LOCAL jit = off;
 
 -- name: overview
--- Each queue (or those named) with its counts by state from the trigger-kept counters, the
--- time-dependent counts through the open-event indexes, and the oldest due, unleased event.
--- The clock is written out in each condition, not read from a CTE (see queue_live_counts).
+-- Each queue (or those named) with its counts by state from the trigger-kept counters, and the
+-- time-dependent counts and the oldest due, unleased event from tickler_live_counts (migration
+-- 0020, through indexes only).
 SELECT q.name, q.delivery_mode, q.paused, q.max_in_flight, q.rate_per_second,
        coalesce(c.open, 0) AS open, coalesce(c.delivered, 0) AS delivered,
        coalesce(c.cancelled, 0) AS cancelled, coalesce(c.dead, 0) AS dead,
-       (SELECT count(*) FROM tickler_event AS e
-        WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
-          AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now()))
-       + (SELECT count(*) FROM tickler_event AS e
-          WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
-            AND e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now())) AS in_flight,
-       (SELECT count(*) FROM tickler_event AS e
-        WHERE e.queue = q.name AND e.dequeued_on IS NULL
-          AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())
-          AND NOT coalesce(e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now()), false)) AS due,
-       (SELECT e.schedule_on FROM tickler_event AS e
-        WHERE e.queue = q.name AND e.dequeued_on IS NULL
-          AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())
-          AND NOT coalesce(e.lease_expires_on > coalesce(CAST(:now AS timestamptz), now()), false)
-        ORDER BY e.schedule_on, e.id LIMIT 1) AS oldest_due,
+       live.in_flight, live.due, live.oldest_due,
        coalesce(CAST(:now AS timestamptz), now()) AS now
 FROM tickler_queue AS q
 LEFT JOIN LATERAL (
@@ -36,6 +22,7 @@ LEFT JOIN LATERAL (
            sum(n) FILTER (WHERE state = 'dead') AS dead
     FROM tickler_queue_count WHERE queue = q.name
 ) AS c ON true
+CROSS JOIN LATERAL tickler_live_counts(q.name, coalesce(CAST(:now AS timestamptz), now())) AS live
 WHERE CAST(:names AS text[]) IS NULL OR q.name = ANY(CAST(:names AS text[]))
 ORDER BY q.name;
 
