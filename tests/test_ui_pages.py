@@ -281,3 +281,23 @@ def test_the_pause_button_asks_first(client: FlaskClient, admin_token: str, emai
     text = client.get("/ui/queues/emails").get_data(as_text=True)
     form = re.search(r'<form method="post" action="/ui/queues/emails/pause"[^>]*>', text)
     assert form is not None and 'data-confirm="Pause emails?' in form[0]
+
+
+def test_an_admin_turns_a_pull_queue_into_a_webhook_queue(client: FlaskClient, admin_token: str, emails: str) -> None:
+    sign_in(client, admin_token)
+    page = client.get("/ui/queues/emails/settings")
+    text = page.get_data(as_text=True)
+    assert '<option value="webhook" >webhook</option>' in text  # the mode is a choice, from the schema
+    form = {
+        "csrf_token": csrf_of(page),
+        "setting:delivery.mode": "webhook",
+        "setting:delivery.url": "https://example.com/in",
+    }
+    assert client.post("/ui/queues/emails/settings", data=form).status_code == 303
+    queue = client.get("/v1/queues/emails", headers=auth(admin_token)).json
+    assert queue["delivery"]["mode"] == "webhook" and queue["delivery"]["url"] == "https://example.com/in"
+    secret = client.get("/v1/queues/emails/signing-secret", headers=auth(admin_token)).json["signing_secret"]
+    assert secret not in client.get("/ui/queues/emails/settings").get_data(as_text=True)
+    no_url = client.post("/ui/queues/emails/settings", data={**form, "setting:delivery.url": ""})
+    assert no_url.status_code == 400
+    assert "delivery.url" in no_url.get_data(as_text=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
-from marshmallow import Schema, ValidationError, fields
+from marshmallow import Schema, ValidationError, fields, validate
 from werkzeug.exceptions import Forbidden
 from werkzeug.wrappers import Response
 
@@ -44,6 +44,7 @@ class Setting:
     editable: bool
     nullable: bool
     help: str
+    choices: tuple[str, ...] = ()  # a field that takes one of these (a select)
 
 
 def settings_page(queue: str) -> str:
@@ -56,7 +57,10 @@ def save_settings(queue: str) -> tuple[str, int] | Response:
     if not auth.principal().is_admin:
         raise Forbidden("Changing a queue's settings needs an admin token.")
     shown = _settings(queue)
-    typed = {s.path: request.form.get(f"setting:{s.path}", "") for s in shown if s.editable}
+    # A field the form did not send is left as it is (as PUT leaves out what it is not given).
+    typed = {
+        s.path: request.form[f"setting:{s.path}"] for s in shown if s.editable and f"setting:{s.path}" in request.form
+    }
     body, errors = _body(shown, typed)
     if not errors and body:
         try:
@@ -111,7 +115,9 @@ def _setting(path: str, value: Any, field: fields.Field) -> Setting:  # type: ig
     else:
         kind = "text"
     help_text = str(field.metadata.get("description", ""))
-    return Setting(path, value, kind, True, bool(field.allow_none), help_text)
+    validators = field.validators if isinstance(field.validators, list) else []
+    choices = next((tuple(map(str, v.choices)) for v in validators if isinstance(v, validate.OneOf)), ())
+    return Setting(path, value, kind, True, bool(field.allow_none), help_text, choices)
 
 
 def _body(shown: list[Setting], typed: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -122,9 +128,9 @@ def _body(shown: list[Setting], typed: dict[str, str]) -> tuple[dict[str, Any], 
     changed_groups: set[str] = set()
     values: dict[str, Any] = {}
     for setting in shown:
-        if not setting.editable:
+        if not setting.editable or setting.path not in typed:
             continue
-        raw = typed.get(setting.path, "").strip()
+        raw = typed[setting.path].strip()
         try:
             value = _parse(raw, setting)
         except ValueError as error:
