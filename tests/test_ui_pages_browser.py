@@ -143,3 +143,25 @@ def test_a_queue_token_sees_its_own_schedules_and_settings_and_no_admin_page(
     assert response.status == 404
     assert response.headers["content-type"].startswith("text/html")
     assert "404" in page.locator("h1").inner_text()
+
+
+def test_a_next_with_cr_lf_a_long_timeline_and_readable_details(
+    page: Any, live_server: str, admin_token: str, demo: dict[str, Any], store: Store
+) -> None:
+    page.goto(f"{live_server}/ui/sign-in?next=/ui/%0d%0aX:1")
+    page.fill("#token", admin_token)
+    page.click("button:has-text('Sign in')")
+    page.wait_for_url(f"{live_server}/ui/")  # a safe page, not a 500
+    queue = store.queues.get("emails")
+    for i in range(150):
+        store.events.schedule(queue, NewEvent(item_key="busy", data={"n": i}), actor="svc", on_conflict="debounce")
+    page.goto(f"{live_server}/ui/queues/emails/events/busy")
+    assert page.locator("ol.timeline .tl-action").count() == 100  # the newest 100 of 150
+    assert page.locator("ol.timeline .tl-action").first.inner_text() == "debounced"
+    page.click("a:has-text('Older entries')")
+    actions = page.locator("ol.timeline .tl-action").all_inner_texts()
+    assert len(actions) == 50 and actions[-1] == "enqueued"
+    page.goto(f"{live_server}/ui/queues/emails/events/weekly-digest")  # a schedule's own timeline
+    details = page.locator("ol.timeline").inner_text()
+    assert "cron, timezone, data" in details
+    assert "[" not in details and "False" not in details and "None" not in details
