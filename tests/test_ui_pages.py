@@ -17,6 +17,7 @@ from flask.testing import FlaskClient
 from tests.conftest import auth
 from tests.helpers import schedule
 from tests.test_ui import csrf_of, kill, sign_in
+from tickler.scheduler.models import NewEvent
 from tickler.scheduler.store import Store
 
 NIGHTLY = {"cron": "0 3 * * *", "timezone": "Europe/Lisbon", "data": {"report": "daily"}}
@@ -236,15 +237,19 @@ def test_queue_page_counts_the_search_and_pages_back(client: FlaskClient, admin_
     assert "60 events match these filters" in since
 
 
-def test_the_total_is_capped_and_says_so(client: FlaskClient, admin_token: str, emails: str, monkeypatch: Any) -> None:
+def test_the_total_is_capped_and_says_so(
+    client: FlaskClient, admin_token: str, emails: str, store: Store, monkeypatch: Any
+) -> None:
     from tickler.api.ui import pages
 
-    monkeypatch.setattr(pages, "COUNT_CAP", 5)
-    for i in range(8):
-        schedule(client, admin_token, f"k{i}")
+    monkeypatch.setattr(pages, "COUNT_CAP", 20)
+    events = [NewEvent(item_key=f"k{i}", data={}) for i in range(60)]  # more than a page
+    store.events.schedule_batch(store.queues.get("emails"), events, actor="svc")
     sign_in(client, admin_token)
     text = client.get("/ui/queues/emails").get_data(as_text=True)
-    assert "More than 5 events match" in text and "counting stops at 5" in text
+    assert "More than 20 events match" in text and "counting stops at 20" in text
+    exact = client.get("/ui/queues/emails?item_key_prefix=k1").get_data(as_text=True)
+    assert "11 events match these filters" in exact  # k1, k10…k19: one page, counted as listed
 
 
 def test_retry_at_a_delay_or_a_time_and_cancel_with_a_reason(

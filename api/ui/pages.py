@@ -19,6 +19,7 @@ from tickler.scheduler import rules
 from tickler.scheduler.errors import NotFound
 from tickler.scheduler.models import Event, TimelineEntry
 from tickler.scheduler.store.search import ALL_STATUSES, encode_cursor
+from tickler.scheduler.store.ui_reads import Count
 
 # The overview and a queue's page ask the browser to reload their figures this often (seconds).
 REFRESH_SECONDS = 10
@@ -66,7 +67,7 @@ def queue_page(queue: str) -> tuple[str, int]:
     (summary,) = dashboard().overview([queue])
     events: list[Event] = []
     next_url = previous_url = None
-    total = None
+    total: Count | None = None
     if not form.errors:
         where = form.search_filter()
         found = context.store().events.search(queue, where)
@@ -76,7 +77,10 @@ def queue_page(queue: str) -> tuple[str, int]:
             next_url = _page_url(queue, form, encode_cursor(last.schedule_on, last.id))
         if form.cursor and events:
             previous_url = _previous_page(queue, form, events[0])
-        total = reads().count(queue, replace(where, after=form.start()), cap=COUNT_CAP)
+        if not form.cursor and len(found) <= PAGE_SIZE:
+            total = Count(len(found), capped=False)  # the whole result is on this page
+        else:
+            total = reads().count(queue, replace(where, after=form.start()), cap=COUNT_CAP)
     status = 400 if form.errors else 200
     return render_template(
         "ui/queue.html",
