@@ -81,7 +81,13 @@ def test_a_next_or_back_with_cr_lf_falls_back_to_a_safe_page(
     assert again.headers["Location"] == "/ui/"
     schedule(client, admin_token, "k1")
     csrf = csrf_of(client.get("/ui/queues/emails"))
-    for back in ("/ui/queues/emails\r\nX: 1", "/ui/queues/emails\nX:1", "/ui/queues/emails\t", "/ui/queues/emails//x"):
+    for back in (
+        "/ui/queues/emails\r\nX: 1",
+        "/ui/queues/emails\nX:1",
+        "/ui/queues/emails\t",
+        "/ui/queues/emails//x",
+        "/ui/queues/emails-2",
+    ):
         schedule(client, admin_token, "k1")
         done = client.post("/ui/queues/emails/events/k1/cancel", data={"csrf_token": csrf, "back": back})
         assert done.status_code == 303, back

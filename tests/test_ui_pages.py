@@ -268,7 +268,12 @@ def test_retry_at_a_delay_or_a_time_and_cancel_with_a_reason(
     event = client.get("/v1/queues/emails/events/a", headers=auth(admin_token)).json
     due = datetime.fromisoformat(event["schedule_on"]) - datetime.now(UTC)
     assert event["status"] == "pending" and timedelta(seconds=590) < due <= timedelta(seconds=600)
-    client.post("/ui/queues/emails/events/b/retry", data={"csrf_token": csrf, "schedule_on": "2031-02-03T04:05"})
+    at = client.post(
+        "/ui/queues/emails/events/b/retry",
+        data={"csrf_token": csrf, "schedule_on": "2031-02-03T04:05"},
+        follow_redirects=True,
+    )
+    assert "Retried b: it is due at 2031-02-03 04:05:00Z" in at.get_data(as_text=True)
     assert client.get("/v1/queues/emails/events/b", headers=auth(admin_token)).json["schedule_on"] == (
         "2031-02-03T04:05:00Z"
     )

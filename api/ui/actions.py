@@ -18,7 +18,7 @@ from werkzeug.exceptions import Forbidden
 from werkzeug.wrappers import Response
 
 from tickler.api import auth, context
-from tickler.api.ui import bulk
+from tickler.api.ui import bulk, format
 from tickler.api.ui.session import safe_target, signed_in
 from tickler.scheduler import rules
 from tickler.scheduler.errors import TicklerError
@@ -71,7 +71,12 @@ def retry(queue: str, item_key: str) -> Response:
         flash(f"Not retried: {error}", "error")
         return back_to(queue)
     act = partial(context.store().events.retry, queue, item_key, **when)
-    due = "due now" if not when else "due " + (f"in {when['delay_seconds']:g} s" if "delay_seconds" in when else "then")
+    if "delay_seconds" in when:
+        due = f"due in {when['delay_seconds']:g} s"
+    elif "schedule_on" in when:
+        due = f"due at {format.when(when['schedule_on'])}"
+    else:
+        due = "due now"
     return _on_key(
         queue, act, refused="Not retried", done=f"Retried {item_key}: it is {due}, with a fresh budget of attempts."
     )

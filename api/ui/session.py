@@ -120,6 +120,8 @@ def safe_target(target: str | None, under: str = "/ui/") -> str | None:
     (CR/LF would split the Location header)."""
     if not target or not target.startswith(under) or "//" in target or "\\" in target:
         return None
+    if not under.endswith("/") and target[len(under) : len(under) + 1] not in ("", "/", "?"):
+        return None  # /ui/queues/emails-2 is not a page of /ui/queues/emails
     if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target):
         return None
     parts = urlsplit(target)
