@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import shutil
@@ -140,6 +141,15 @@ def create_session(
     except Exception as error:  # the JVM did not start: say why in one line, not a stack trace
         raise PipelineError(f"Spark did not start on {master}: {one_line(error)}") from None
     session.sparkContext.setLogLevel("ERROR")
+    # py4j says INFO lines as connections close, some from __del__ at the interpreter's exit, to
+    # whatever handler the root logger has by then (one writing to a closed stream logs a "Logging
+    # error" traceback). Its warnings and errors still pass.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     if shipped is not None:
         session.sparkContext.addPyFile(str(shipped))
     return session
+
+
+def stop_session(session: Any) -> None:
+    """Stop Spark and the Python side of its bridge now, rather than at the interpreter's exit."""
+    session.stop()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,3 +37,22 @@ def test_jvm_output_goes_to_the_log(tmp_path: Path, capfd: pytest.CaptureFixture
     os.write(2, b"after\n")
     assert "incubator" in log.read_text()
     assert capfd.readouterr().err == "after\n"
+
+
+def test_spark_shuts_down_quietly_when_logging_points_at_a_closed_stream(tmp_path: Path) -> None:
+    """`make test` ended with py4j's "Logging error": at exit, py4j logged its shutdown to a handler
+    whose stream a test had closed. The job's session keeps py4j's chatter out of the root logger."""
+    script = tmp_path / "session.py"
+    script.write_text(
+        "import io, logging\n"
+        "from tickler.pipeline.spark import create_session, stop_session\n"
+        "session = create_session('local[1]')\n"
+        "assert session.range(3).count() == 3\n"
+        "stream = io.StringIO()\n"
+        "logging.basicConfig(level=logging.DEBUG, stream=stream)\n"
+        "stream.close()\n"
+        "stop_session(session)\n"
+    )
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "Logging error" not in run.stderr and "Traceback" not in run.stderr
