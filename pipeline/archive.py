@@ -102,7 +102,10 @@ def _select(conn: psycopg.Connection[Any], location: str, cutoff: datetime, limi
         assert run is not None
         if run["event_count"] == 0:
             raise psycopg.Rollback(tx)  # nothing to archive: leave no empty run in the ledger
-    return run if run["event_count"] else None
+    if not run["event_count"]:
+        return None
+    conn.execute(db.q("analyze_items"))
+    return run
 
 
 def _finish(

@@ -321,7 +321,7 @@ def _load_partition(
 ) -> Iterator[int]:
     """Load a partition's rows batch by batch, each batch in its own transaction; yield the batch numbers."""
     now = datetime.now(UTC)
-    with psycopg.connect(url, options="-c TimeZone=UTC", application_name="tickler-import") as conn:
+    with db.connect(url, application_name="tickler-import") as conn:
         for number, batch in enumerate(_batches(map(json.loads, rows), batch_rows)):
             with conn.transaction():
                 _load_batch(conn, {"import_id": import_id, "part": part, "batch": number}, batch, now=now, **rules_)
