@@ -10,7 +10,7 @@ from typing import Any, LiteralString
 from urllib.parse import urlencode
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tickler.scheduler.db import libpq_url
 from tickler.scheduler.sql import parse_queries
@@ -36,7 +36,7 @@ def q(name: str) -> LiteralString:
 STATEMENT_TIMEOUT_ENV = "TICKLER_PIPELINE_STATEMENT_TIMEOUT"
 DEFAULT_STATEMENT_TIMEOUT = "2h"  # PostgreSQL's units: 250ms, 30s, 10min, 2h; 0 for none
 CLIENT_CHECK = "5s"
-KEEPALIVES = {"keepalives": "1", "keepalives_idle": "30", "keepalives_interval": "10", "keepalives_count": "3"}
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
 
 
 def session_settings() -> dict[str, str]:
@@ -57,7 +57,8 @@ def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
     """A psycopg connection to the database at `url` (any spelling tickler accepts), in UTC, with
     the job's statement timeout, keepalives and client check."""
     kwargs.setdefault("application_name", "tickler-pipeline")
-    return psycopg.connect(libpq_url(url), options=session_options(), **KEEPALIVES, **kwargs)
+    conninfo = make_conninfo(libpq_url(url), options=session_options(), **KEEPALIVES)
+    return psycopg.connect(conninfo, **kwargs)
 
 
 @dataclass(frozen=True)
