@@ -55,7 +55,7 @@ SELECT id, location, state FROM tickler_archive_run WHERE state = 'deleted' ORDE
 
 -- name: archive_runs_at
 -- The archived runs at one location, with what their files must hold (compaction checks them).
-SELECT id, event_count, event_id_sum, timeline_count, timeline_id_sum
+SELECT id, cutoff, event_count, event_id_sum, timeline_count, timeline_id_sum
 FROM tickler_archive_run WHERE state = 'deleted' AND location = %(location)s ORDER BY id
 
 -- name: archive_lock

@@ -27,7 +27,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from tickler.pipeline import layout
+from tickler.pipeline import manifest
 from tickler.pipeline.source import EVENTS, TIMELINE, Source
 from tickler.scheduler.states import Action
 
@@ -88,8 +88,8 @@ def load_history(spark: SparkSession, source: Source) -> tuple[DataFrame, DataFr
     events = source.read(EVENTS, event_bounds).select(*_EVENT_COLUMNS)
     timeline = source.read(TIMELINE, timeline_bounds).select(*_TIMELINE_COLUMNS)
     runs = [(int(run_id), str(location)) for run_id, location, _ in source.rows("archive_runs_readable")]
-    archived_events = layout.read_runs(spark, runs, "events")
-    archived_timeline = layout.read_runs(spark, runs, "timeline")
+    archived_events = manifest.read_runs(spark, runs, "events")
+    archived_timeline = manifest.read_runs(spark, runs, "timeline")
     if archived_events is not None:
         events = events.unionByName(archived_events.select(*_EVENT_COLUMNS))
     if archived_timeline is not None:
