@@ -19,7 +19,8 @@ from tickler.config import Settings
 from tickler.pipeline.limits import InputRefused, MaxInvalid
 from tickler.pipeline.progress import jvm_output_to, reporting
 from tickler.pipeline.source import choose
-from tickler.pipeline.spark import PipelineError, create_session, jdbc_jar, one_line
+from tickler.pipeline.spark import PipelineError, check_master, create_session, jdbc_jar, log_cause, one_line
+from tickler.pipeline.watchdog import Deadline
 from tickler.scheduler import rules
 from tickler.scheduler.db import NoDatabase, existing_database_url
 from tickler.scheduler.migrate import MigrationError, migrate
@@ -63,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     spark.add_argument("--staging-dir", help="where the snapshot source writes its files (shared, on a cluster)")
     spark.add_argument("--driver-memory", help="Spark driver memory (default 2g in local mode)")
     spark.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="any Spark setting")
+    spark.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="give up after this long: cancel the Spark jobs and exit with status 1 (default: no limit)",
+    )
     run = common.add_argument_group("output")
     run.add_argument("--json", action="store_true", help="print a JSON run summary on stdout (and nothing else)")
     run.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
@@ -118,6 +125,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser  # fmt: skip
 
 
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a number of seconds, not {text!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"takes a positive number of seconds, not {text!r}")
+    return seconds
+
+
 def _max_invalid(text: str) -> MaxInvalid:
     try:
         return MaxInvalid.parse(text)
@@ -164,8 +181,20 @@ def main(argv: list[str]) -> int:
             return FIX_FIRST
         return _finish(summary, FIX_FIRST, str(error), as_json=True)
     summary["job"] = args.job
+    context: dict[str, Any] = {}
+
+    def give_up() -> None:  # the deadline's last resort: say it, and go now
+        _finish(summary, FAILED, f"timed out after {args.timeout:g} s (--timeout); stopped", as_json=args.json)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(FAILED)
+
+    deadline = Deadline(
+        args.timeout or float("inf"), cancel=lambda: context["spark"].sparkContext.cancelAllJobs(), give_up=give_up
+    )
     try:
-        code = _run(args, summary)
+        with deadline if args.timeout else nullcontext():
+            code = _run(args, summary, context)
     except InputRefused as error:
         code, summary["error"] = INPUT_REFUSED, str(error)
     except (PipelineError, MigrationError, NoDatabase) as error:
@@ -179,8 +208,11 @@ def main(argv: list[str]) -> int:
         from pyspark.errors import PySparkException
 
         code = FAILED
-        if isinstance(error, PySparkException | Py4JError):
-            summary["error"] = f"Spark failed: {one_line(error)}"
+        if deadline.expired.is_set():
+            summary["error"] = f"timed out after {args.timeout:g} s (--timeout); the Spark jobs were cancelled"
+        elif isinstance(error, PySparkException | Py4JError):
+            cause = log_cause(Path(summary["spark_log"])) if "spark_log" in summary else None
+            summary["error"] = f"Spark failed: {cause or one_line(error)}"
         else:  # a defect of ours: the trace goes to stderr, the summary still to stdout
             traceback.print_exc(file=sys.stderr)
             summary["error"] = f"unexpected {type(error).__name__}: {one_line(error)}"
@@ -198,7 +230,7 @@ def _finish(summary: dict[str, Any], code: int, error: str | None, *, as_json: b
     return code
 
 
-def _run(args: argparse.Namespace, summary: dict[str, Any]) -> int:
+def _run(args: argparse.Namespace, summary: dict[str, Any], context: dict[str, Any]) -> int:
     """Check what can be checked without Spark, start it, run the job; fill `summary`."""
     settings = Settings.from_env()
     # never creates an empty database where none is (only serve and migrate do)
@@ -209,6 +241,7 @@ def _run(args: argparse.Namespace, summary: dict[str, Any]) -> int:
     jar = jdbc_jar(args.jdbc_jar)
     if args.job in ("report", "archive"):
         choose(args.source, url, jar)  # a source that cannot work fails before Spark starts
+    check_master(args.master)  # an unreachable master is said now, not after a minute of retries
     from pyspark.sql import SparkSession
 
     running = SparkSession.getActiveSession()
@@ -217,6 +250,7 @@ def _run(args: argparse.Namespace, summary: dict[str, Any]) -> int:
     with jvm_output_to(log):  # the JVM's start-up lines and Spark's logging go there
         spark = create_session(args.master, jar=jar, driver_memory=args.driver_memory, conf=_conf(args.conf))
     summary["spark_started"] = True
+    context["spark"] = spark
     try:
         with nullcontext() if args.no_progress else reporting(spark.sparkContext):
             if args.job == "report":

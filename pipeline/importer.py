@@ -32,6 +32,7 @@ from pyspark.sql import types as T
 
 from tickler.pipeline import db
 from tickler.pipeline.limits import InputRefused, MaxInvalid
+from tickler.pipeline.progress import track
 from tickler.pipeline.spark import PipelineError
 from tickler.pipeline.validate import FIELDS, Invalid, check_row
 from tickler.scheduler import rules
@@ -262,7 +263,8 @@ def run_import(
             batch_rows=batch_rows,
             crash_after=crash_after_batches,
         )
-        _as_json_lines(keyed).mapPartitionsWithIndex(load).count()
+        with db.connect(url, autocommit=True) as watch, track("rows checked", total, partial(_done, watch, import_id)):
+            _as_json_lines(keyed).mapPartitionsWithIndex(load).count()
     finally:
         numbered.unpersist()
     # counts and rejects from the ledger: one per row, whatever tasks Spark ran twice
@@ -274,6 +276,13 @@ def run_import(
         written = _write_rejects(target, conn.execute(db.q("import_rejects"), {"import_id": import_id}))
         conn.execute(db.q("import_finish"), {"import_id": import_id, "counts": Jsonb(counts)})
     return ImportResult(counts=counts, rejects_path=target, rejects=written, rows=total)
+
+
+def _done(conn: psycopg.Connection[Any], import_id: int) -> tuple[int, str]:
+    """Progress from the ledger: rows checked and decided, and how many of them were written."""
+    row = conn.execute(db.q("import_progress"), {"import_id": import_id}).fetchone()
+    checked, written = (int(row[0]), int(row[1])) if row else (0, 0)
+    return checked, f"{written:,} written"
 
 
 def _as_json_lines(frame: DataFrame) -> RDD[str]:

@@ -248,6 +248,12 @@ SELECT coalesce(sum(created), 0) AS created, coalesce(sum(replaced), 0) AS repla
        coalesce(sum(invalid), 0) AS invalid, coalesce(sum(duplicate), 0) AS duplicate
 FROM tickler_import_batch WHERE import_id = %(import_id)s
 
+-- name: import_progress
+-- Rows an import's committed batches checked and decided, and how many of them it wrote.
+SELECT coalesce(sum(created + replaced + debounced + ignored + rejected + invalid + duplicate), 0) AS checked,
+       coalesce(sum(created + replaced + debounced), 0) AS written
+FROM tickler_import_batch WHERE import_id = %(import_id)s
+
 -- name: import_rejects
 SELECT row_number, reason, cells FROM tickler_import_reject WHERE import_id = %(import_id)s ORDER BY row_number
 

@@ -84,3 +84,25 @@ def test_importing_a_missing_file_says_so_before_spark_starts(database_url: str,
     assert run.returncode == 2 and summary["error"] == f"no such file: {missing}"
     run = pipeline(["import", str(missing), "--principal", "ops"], no_java(database_url, tmp_path))
     assert (run.returncode, run.stderr) == (2, f"tickler pipeline: no such file: {missing}\n")
+
+
+def test_an_unreachable_master_is_named_at_once(database_url: str, tmp_path: Path) -> None:
+    """It took 77 s to fail with "An error occurred while calling None...", the cause only in the log."""
+    master = f"spark://127.0.0.1:{_closed_port()}"
+    run = pipeline(["report", "--source", "snapshot", "--master", master, "--json"], no_java(database_url, tmp_path))
+    summary = one_json(run)
+    assert run.returncode == 2
+    assert summary["error"].startswith(f"All masters are unresponsive: cannot connect to the Spark master {master}")
+
+
+def test_the_cause_spark_only_logs_is_found_in_its_log(tmp_path: Path) -> None:
+    from tickler.pipeline.spark import log_cause
+
+    log = tmp_path / "spark.log"
+    log.write_text(
+        "25/11/24 01:00:00 WARN StandaloneAppClient$ClientEndpoint: Failed to connect to master 10.0.0.9:7077\n"
+        "25/11/24 01:01:00 ERROR StandaloneSchedulerBackend: Application has been killed. "
+        "Reason: All masters are unresponsive! Giving up.\n"
+    )
+    assert log_cause(log) == "All masters are unresponsive! Giving up."
+    assert log_cause(tmp_path / "none.log") is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tickler.pipeline.progress import jvm_output_to, reporting
+from tests.helpers_wait import wait_until
+from tickler.pipeline.progress import jvm_output_to, reporting, track
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -24,10 +26,35 @@ def test_progress_lines_name_tasks_done_elapsed_and_rate(spark: Any) -> None:
     out = io.StringIO()  # not a terminal: plain lines
     with reporting(spark.sparkContext, out=out, every=0.05):
         spark.sparkContext.parallelize(range(16), 8).mapPartitions(_busy).count()
-    lines = out.getvalue().splitlines()
+    lines = [line for line in out.getvalue().splitlines() if "no Spark stage" not in line]
     assert lines, "no progress line during a job of several seconds"
-    assert all(" tasks, " in line and "tasks/s" in line and "\r" not in line for line in lines)
+    assert all(" tasks (" in line and "tasks/s" in line and "\r" not in line for line in lines)
     assert any("/8 tasks" in line for line in lines)
+    # the share of the job's tasks done, and when it should end once some are
+    assert all(re.search(r"\d+/8 tasks \(\d+%\)", line) for line in lines if "/8 tasks" in line)
+    assert any("ETA" in line for line in lines if not line.startswith(("1 stage: 0/",)))
+
+
+def test_a_heartbeat_line_while_nothing_changes(spark: Any) -> None:
+    """Without a terminal a line comes at least every `heartbeat` seconds, even when no Spark stage
+    runs (the job is on the driver, or waits): a cron log tells hung from slow."""
+    out = io.StringIO()
+    with reporting(spark.sparkContext, out=out, every=0.05, heartbeat=0.1):
+        wait_until(lambda: out.getvalue().count("\n") >= 2, timeout=30, what=out.getvalue)
+    lines = out.getvalue().splitlines()
+    assert all("no Spark stage running" in line and "elapsed" in line for line in lines), lines
+
+
+def test_a_job_reports_its_own_units_overall_with_an_eta(spark: Any) -> None:
+    out = io.StringIO()
+    done = {"n": 0}
+    with reporting(spark.sparkContext, out=out, every=0.05, heartbeat=0.1), \
+            track("rows checked", 200, lambda: (done["n"], f"{done['n'] // 2} written")):  # fmt: skip
+        wait_until(lambda: "0/200 rows checked (0%)" in out.getvalue(), timeout=30, what=out.getvalue)
+        done["n"] = 50
+        wait_until(lambda: "50/200 rows checked (25%)" in out.getvalue(), timeout=30, what=out.getvalue)
+    line = next(line for line in out.getvalue().splitlines() if "50/200" in line)
+    assert "25 written" in line and "ETA " in line and "elapsed" in line
 
 
 def test_jvm_output_goes_to_the_log(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
