@@ -110,6 +110,9 @@ def create_session(
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         # partition values are strings (a queue named "2024" stays a string)
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+        # Parquet's own UTC timestamp type, which every reader knows (Spark's default, INT96, is
+        # deprecated and read as local time by some)
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     }
     conf = dict(conf or {})
     # PySpark takes the workers' Python from PYSPARK_PYTHON when the context starts, not from
