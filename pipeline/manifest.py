@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -201,10 +201,13 @@ def read_committed(spark: SparkSession, location: str, table: str) -> DataFrame 
     return read_files(spark, location, table, manifest.files[table]) if manifest else None
 
 
-def read_runs(spark: SparkSession, runs: list[tuple[int, str]], table: str) -> DataFrame | None:
+def read_runs(
+    spark: SparkSession, runs: list[tuple[int, str]], table: str, *, since: date | None = None
+) -> DataFrame | None:
     """The rows of `table` of these (run id, location) pairs, runs whose rows left PostgreSQL as of
     the reader's snapshot: the committed files, and for a run deleted but not yet in the manifest
-    (a crash between the two steps), the files it placed."""
+    (a crash between the two steps), the files it placed. With `since`, only the directories of
+    events that finished on that day or later (`date=`)."""
     files = layout.Files(spark)
     by_location: dict[str, list[int]] = {}
     for run_id, location in runs:
@@ -219,6 +222,8 @@ def read_runs(spark: SparkSession, runs: list[tuple[int, str]], table: str) -> D
             names = set(manifest.files[table])
             for run_id in set(ids) - manifest.run_ids:
                 names.update(run_files(files, location, run_id)[table])
+        if since is not None:
+            names = {name for name in names if _day(name) >= since.isoformat()}
         frame = read_files(spark, location, table, sorted(names))
         if frame is not None:
             frames.append(frame.where(F.col("run").isin(ids)))
@@ -228,3 +233,8 @@ def read_runs(spark: SparkSession, runs: list[tuple[int, str]], table: str) -> D
     for frame in frames[1:]:
         result = result.unionByName(frame)
     return result
+
+
+def _day(name: str) -> str:
+    """The `date=` of a file's partition ("queue=q/date=2026-11-02/x.parquet": "2026-11-02")."""
+    return next((part[len("date=") :] for part in name.split("/") if part.startswith("date=")), "")
