@@ -142,8 +142,31 @@ def reconcile(files: layout.Files, location: str, runs: list[dict[str, Any]], un
     crash between a run's delete and its commit, and starts the manifest of an archive written
     before manifests had one (every visible file but those of the `unfinished` run)."""
     if read(files, location) is None:
+        _finish_legacy_compactions(files, location)
         _bootstrap(files, location, runs, unfinished)
     return commit_runs(files, location, runs)
+
+
+def _finish_legacy_compactions(files: layout.Files, location: str) -> None:
+    """A compaction of the release before manifests that died after its `ready` marker, with some
+    of the files it replaces deleted: finish its swap (as that release's next compaction would)."""
+    for table in layout.TABLES:
+        root = layout.table_root(location, table)
+        for queue, _ in files.listing(root):
+            for day, _ in files.listing(f"{root}/{queue}"):
+                partition = f"{root}/{queue}/{day}"
+                for name, is_dir in files.listing(partition):
+                    work = f"{partition}/{name}"
+                    if not (is_dir and name.startswith("_compact-") and files.exists(f"{work}/ready")):
+                        continue
+                    for replaced, _ in files.listing(f"{work}/replaces"):
+                        files.delete(f"{partition}/{replaced}")
+                    for data, data_is_dir in files.listing(f"{work}/data"):
+                        if not data_is_dir and data.endswith(".parquet"):
+                            files.rename(
+                                f"{work}/data/{data}", f"{partition}/compact-{name[len('_compact-') :]}.parquet"
+                            )
+                    files.delete(work)
 
 
 def _bootstrap(files: layout.Files, location: str, runs: list[dict[str, Any]], unfinished: int | None) -> Manifest:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -286,3 +287,31 @@ def test_a_reader_sees_whole_runs_only_during_archive_runs_and_a_compaction(
     assert [runs for stage, runs in seen if stage in ("merged", "published")] == [[1, 2, 3]] * 4
     assert {stage for stage, _ in seen} == {"selected", "written", "verified", "deleted", "committed", "merged",
                                             "published"}  # fmt: skip
+
+
+@pytest.mark.usefixtures("history")
+def test_an_archive_from_before_manifests_gets_one_and_a_half_done_compaction_is_finished(
+    spark: Any, database_url: str, tmp_path: Path
+) -> None:
+    location = tmp_path / "archive"
+    for _ in range(2):
+        run_archive(spark, database_url, location=str(location), cutoff=CUTOFF, limit=4)
+    moved = sorted(r["id"] for r in archived(spark, location, "events").select("id").collect())
+    shutil.rmtree(location / "_manifest")  # as the release before manifests left it
+    # ... with a compaction of that release that died after its `ready` marker, mid-swap
+    partition = location / "events" / "queue=emails" / "date=2026-11-02"
+    olds = sorted(partition.glob("run-*.parquet"))
+    assert len(olds) == 2
+    work = partition / "_compact-0123abcd"
+    merged = spark.read.parquet(*[str(p) for p in olds])
+    merged.coalesce(1).write.parquet(str(work / "data"))
+    for old in olds:
+        (work / "replaces").mkdir(exist_ok=True)
+        (work / "replaces" / old.name).touch()
+    (work / "ready").touch()
+    olds[0].unlink()
+
+    result = run_compact(spark, database_url, location=str(location))
+    assert result.runs_checked == 2  # every run whole, as its ledger row says
+    assert sorted(r["id"] for r in archived(spark, location, "events").select("id").collect()) == moved
+    assert not work.exists() and not olds[1].exists()
