@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import psycopg
 
 from tickler.config import Settings
+from tickler.pipeline.db import STATEMENT_TIMEOUT_ENV
 from tickler.pipeline.limits import InputRefused, MaxInvalid
 from tickler.pipeline.progress import jvm_output_to, reporting
 from tickler.pipeline.source import choose
@@ -199,6 +200,9 @@ def main(argv: list[str]) -> int:
         code, summary["error"] = INPUT_REFUSED, str(error)
     except (PipelineError, MigrationError, NoDatabase) as error:
         code, summary["error"] = FIX_FIRST, str(error)
+    except psycopg.errors.QueryCanceled as error:
+        code = FAILED
+        summary["error"] = f"the database cancelled a query: {one_line(error)} (see {STATEMENT_TIMEOUT_ENV})"
     except psycopg.OperationalError as error:
         # before Spark starts (or when the database went away later): one line, not a traceback
         code = FIX_FIRST if "spark_started" not in summary else FAILED
