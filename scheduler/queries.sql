@@ -7,6 +7,10 @@
 --     entry is the one exception: the statement that ends the lease writes it, in its own row
 --     (details -> 'claim', see tickler_with_claim() and tickler_timeline_entry in 0016).
 --   * Statements that return events return whole rows plus `status` (tickler_status()).
+--   * tickler_event holds open events only. A statement that finishes events (sets dequeued_on)
+--     still updates them there, and returns them; the same statement moves them into
+--     tickler_event_history (tickler_move_finished, migration 0021). Reads of any event, open or
+--     finished, go through tickler_event_all.
 
 -- name: schedule_one
 -- Schedule one event through tickler_schedule() (migration 0008: the one path that writes events,
@@ -31,9 +35,10 @@ FROM tickler_event AS e
 WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL;
 
 -- name: get_latest_event
--- The open event of a key, else its most recent one (found through the key's timeline).
+-- The open event of a key, else its most recent one (found through the key's timeline; a
+-- finished event is in the history).
 SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status
-FROM tickler_event AS e
+FROM tickler_event_all AS e
 WHERE e.id = coalesce(
     (SELECT id FROM tickler_event
      WHERE queue = :queue AND item_key = :item_key AND dequeued_on IS NULL),
@@ -41,9 +46,9 @@ WHERE e.id = coalesce(
      WHERE queue = :queue AND item_key = :item_key AND event_id IS NOT NULL ORDER BY id DESC LIMIT 1));
 
 -- name: get_events_by_id
--- Events by id, in no particular order.
+-- Events by id, open or finished, in no particular order.
 SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status
-FROM tickler_event AS e
+FROM tickler_event_all AS e
 WHERE e.id = ANY(CAST(:ids AS bigint[]));
 
 -- name: lock_open_event
