@@ -181,6 +181,12 @@ SELECT state, sum(n)::bigint AS n FROM tickler_queue_count WHERE queue = :queue 
 -- indexes only; the clock goes in as an expression so that the planner sees its value).
 SELECT c.in_flight, c.due FROM tickler_live_counts(:queue, coalesce(CAST(:now AS timestamptz), now())) AS c;
 
+-- name: maintain_history
+-- The history's maintenance pass (tickler_maintain_history, migration 0021): day partitions
+-- created ahead, rows in the default partitions given their day, whole days past retention dropped.
+SELECT m.created, m.dropped
+FROM tickler_maintain_history(CAST(:now AS timestamptz), CAST(:days_ahead AS integer)) AS m;
+
 -- name: upsert_queue
 -- Create a queue or change its settings; `created` tells which. Dispatchers are woken, so that
 -- they start serving a new webhook queue at once.
@@ -188,11 +194,11 @@ WITH upserted AS (
 INSERT INTO tickler_queue AS q (
     name, delivery_mode, webhook_url, webhook_timeout_seconds, signing_secret,
     lease_seconds, max_attempts, backoff_initial_seconds, backoff_max_seconds, backoff_multiplier,
-    max_in_flight, rate_per_second)
+    max_in_flight, rate_per_second, retention_days, archive_before_prune)
 VALUES (
     :name, :delivery_mode, :webhook_url, :webhook_timeout_seconds, :signing_secret,
     :lease_seconds, :max_attempts, :backoff_initial_seconds, :backoff_max_seconds, :backoff_multiplier,
-    :max_in_flight, :rate_per_second)
+    :max_in_flight, :rate_per_second, :retention_days, :archive_before_prune)
 ON CONFLICT (name) DO UPDATE SET
     delivery_mode = excluded.delivery_mode,
     webhook_url = excluded.webhook_url,
@@ -213,6 +219,8 @@ ON CONFLICT (name) DO UPDATE SET
     backoff_multiplier = excluded.backoff_multiplier,
     max_in_flight = excluded.max_in_flight,
     rate_per_second = excluded.rate_per_second,
+    retention_days = excluded.retention_days,
+    archive_before_prune = excluded.archive_before_prune,
     updated_on = now()
 RETURNING q.*, (q.xmax = 0) AS created
 ),

@@ -51,7 +51,7 @@ def one(raw: psycopg.Connection[Any], query: str, *params: Any) -> Any:
 
 
 def finished_ids(raw: psycopg.Connection[Any]) -> list[int]:
-    return [r[0] for r in raw.execute("SELECT id FROM tickler_event WHERE dequeued_on < %s ORDER BY id", [CUTOFF])]
+    return [r[0] for r in raw.execute("SELECT id FROM tickler_event_all WHERE dequeued_on < %s ORDER BY id", [CUTOFF])]
 
 
 def archived(spark: Any, location: Path, table: str) -> Any:
@@ -119,7 +119,7 @@ def test_archive_survives_a_crash_between_write_and_delete(
     assert e1["location"] == str(location)
     assert (e1["archived_through"], e1["archived_events"], e1["archive_id"]) == ("2026-11-02T10:00:01Z", 1, 1)
     assert archived_history(engine, "emails", "pending") is None
-    assert one(raw, "SELECT count(*) FROM tickler_event WHERE item_key = 'e1'") == 1  # the live one stays
+    assert one(raw, "SELECT count(*) FROM tickler_event_all WHERE item_key = 'e1'") == 1  # the live one stays
 
     # nothing left before the cut-off: no new run
     assert run_archive(spark, database_url, location=str(location), cutoff=CUTOFF) == []
@@ -149,7 +149,7 @@ def test_a_crash_before_verifying_rewrites_the_run_whole(
     assert archived(spark, location, "events").count() == 16
     ids = [r["id"] for r in archived(spark, location, "events").select("id").collect()]
     assert len(set(ids)) == 16
-    assert one(raw, "SELECT count(*) FROM tickler_event WHERE dequeued_on IS NOT NULL") == 0
+    assert one(raw, "SELECT count(*) FROM tickler_event_all WHERE dequeued_on IS NOT NULL") == 0
 
 
 def test_nothing_is_deleted_when_the_rows_changed_since_they_were_counted(
