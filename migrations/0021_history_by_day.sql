@@ -180,9 +180,11 @@ BEGIN
         RETURN QUERY SELECT v_created, v_dropped;  -- another process is at it
         RETURN;
     END IF;
-    -- A drop waits for the transactions that write the parent; it must not hold up the writers
-    -- queued behind it for long. It gives up instead, and the next pass tries again.
-    PERFORM set_config('lock_timeout', '5s', true);
+    -- Creating and dropping a partition waits for the transactions writing its table; the writers
+    -- that come after queue behind it. It gives up soon instead (and the next pass tries again):
+    -- before PostgreSQL's deadlock check (deadlock_timeout, 1 s by default) would pick a victim,
+    -- so a writer never fails because of this pass.
+    PERFORM set_config('lock_timeout', '500ms', true);
 
     FOR v_day IN
         SELECT DISTINCT (h.dequeued_on AT TIME ZONE 'UTC')::date FROM tickler_event_history_default AS h
@@ -206,6 +208,12 @@ BEGIN
         RETURN;
     END IF;
     v_keep := tickler_history_keep_from(v_now);
+    IF EXISTS (SELECT 1 FROM tickler_history_partition WHERE day_to <= v_keep) THEN
+        -- Dropping a partition locks its parent. A finish writes the timeline, then the history
+        -- (its statement logs; the move comes after it): the same order here.
+        LOCK TABLE ONLY tickler_timeline IN ACCESS EXCLUSIVE MODE;
+        LOCK TABLE ONLY tickler_event_history IN ACCESS EXCLUSIVE MODE;
+    END IF;
     FOR v_part IN
         SELECT p.name, p.parent, p.day_from, p.day_to FROM tickler_history_partition AS p
         WHERE p.day_to <= v_keep ORDER BY p.day_to, p.name

@@ -6,11 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import sqlalchemy as sa
+from psycopg import errors
+
 from tickler.scheduler.sql import q
 from tickler.scheduler.store.base import EngineStore
 
 # Days of partitions created ahead of today: writes land in their day's partition, not the default.
 DAYS_AHEAD = 3
+# A pass gives up on a lock it cannot have within 0.5 s (not to hold up writers): tries this often.
+ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,12 @@ class HistoryStore(EngineStore):
         """Give rows in the default partitions their day, create the next days' partitions, and
         drop whole days past every queue's retention (tickler_maintain_history). Any number of
         processes may call it; one at a time does the work, the others return at once."""
-        with self.engine.begin() as conn:
-            row = conn.execute(q("maintain_history"), {"now": now, "days_ahead": days_ahead}).one()
-        return HistoryPass(tuple(row.created or ()), tuple(row.dropped or ()))
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                with self.engine.begin() as conn:
+                    row = conn.execute(q("maintain_history"), {"now": now, "days_ahead": days_ahead}).one()
+                return HistoryPass(tuple(row.created or ()), tuple(row.dropped or ()))
+            except sa.exc.OperationalError as error:
+                if not isinstance(error.orig, errors.LockNotAvailable) or attempt == ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
