@@ -87,9 +87,10 @@ def pending_migrations(url: str) -> list[Migration]:
         return _check_history(_applied(conn), available_migrations())
 
 
-def migrate(url: str) -> list[Migration]:
-    """Apply every pending migration; return those this call applied."""
-    migrations = available_migrations()
+def migrate(url: str, *, through: int | None = None) -> list[Migration]:
+    """Apply every pending migration (up to version `through`, when given: an upgrade test builds
+    the schema of an earlier release); return those this call applied."""
+    migrations = [m for m in available_migrations() if through is None or m.version <= through]
     applied_now: list[Migration] = []
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])

@@ -100,7 +100,9 @@ class Queue:
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Queue:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        # A setting newer than the database's schema (a worker started before its migration ran)
+        # takes its default until the migration adds it.
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row})
 
 
 @dataclass(frozen=True)
