@@ -88,7 +88,7 @@ def test_archive_survives_a_crash_between_write_and_delete(
     assert finished_ids(raw) == moving
     assert archived(spark, location, "events").count() == 12
 
-    analysed = one(raw, "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'tickler_event'")
+    analysed = one(raw, "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'tickler_event_history'")
     # the rerun finishes that run (from the ledger's state: no second write)
     [result] = run_archive(spark, database_url, location=str(location), cutoff=CUTOFF)
     assert (result.run_id, result.resumed, result.events, result.timeline) == (1, True, 12, entries)
@@ -97,7 +97,7 @@ def test_archive_survives_a_crash_between_write_and_delete(
     assert one(raw, "SELECT count(*) FROM tickler_archive_item") == 0
     assert one(raw, "SELECT state FROM tickler_archive_run") == "deleted"
     # the planner's statistics are taken again once the history is gone (not left to autovacuum)
-    assert one(raw, "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'tickler_event'") > analysed
+    assert one(raw, "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'tickler_event_history'") > analysed
     # counters follow the delete (tickler_queue_count is kept by triggers)
     assert one(raw, "SELECT sum(n) FROM tickler_queue_count WHERE state = 'delivered'") == 1  # x1
 

@@ -135,7 +135,7 @@ def test_import_validates_each_row_and_loads_the_good_ones(
     # the timeline has what the API would have written
     entries = raw.execute(
         "SELECT t.action, t.actor, t.schedule_on = e.schedule_on, t.at = e.enqueued_on, t.details"
-        " FROM tickler_timeline t JOIN tickler_event e ON e.id = t.event_id"
+        " FROM tickler_timeline t JOIN tickler_event_all e ON e.id = t.event_id"
         " WHERE e.item_key = 'welcome:ana@example.com'"
     ).fetchall()  # fmt: skip
     assert entries == [("enqueued", "campaign-bot", True, True, {"group_key": "ana", "max_attempts": 7})]
