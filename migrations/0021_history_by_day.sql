@@ -19,6 +19,11 @@
 -- one partition per table (`..._upgraded`, up to the start of the upgrade's day), removed as a
 -- whole once its last day is past retention.
 
+-- Everything this upgrade changes, locked first, at once: a writer that is running meanwhile
+-- waits for the upgrade from its first statement on, instead of holding one of these tables and
+-- waiting for another the upgrade holds (a deadlock: one of the two would fail).
+LOCK TABLE tickler_queue, tickler_event, tickler_timeline, tickler_queue_count IN ACCESS EXCLUSIVE MODE;
+
 -- Queue settings (SPEC §9). Queues that exist at the upgrade keep their history (3650 days):
 -- an upgrade never deletes what it kept before; new queues get the default of 30.
 ALTER TABLE tickler_queue
@@ -268,11 +273,11 @@ CREATE TRIGGER tickler_move_finished_inserted AFTER INSERT ON tickler_event
     FOR EACH STATEMENT EXECUTE FUNCTION tickler_move_finished();
 
 
--- The counters (0001) with history apart:
---   tickler_event   inserted and updated rows count as before; a deleted row counts only when it
---                   was open (a finished row deleted from it is one being moved to history).
---   history         a deleted row (the archive, a deleted queue, a retried dead event) leaves its
---                   outcome's count; every row also counts in its day (tickler_history_count).
+-- The counters (0001) count the rows of both tables: tickler_event's by state as before, the
+-- history's by outcome, and the history's also by day (tickler_history_count, what dropping a
+-- day subtracts). A finish through an UPDATE counts open -> outcome, then its move counts the row
+-- out of tickler_event and into history; a finish that deletes the open row and inserts it into
+-- history (ack_leases) counts open out and the outcome in.
 CREATE OR REPLACE FUNCTION tickler_count_events() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_TABLE_NAME = 'tickler_event_history' THEN
@@ -281,6 +286,10 @@ BEGIN
             SELECT (dequeued_on AT TIME ZONE 'UTC')::date, queue, outcome, pg_backend_pid() % 16, count(*)
             FROM new_rows GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
             ON CONFLICT (day, queue, outcome, slot) DO UPDATE SET n = c.n + excluded.n;
+            INSERT INTO tickler_queue_count AS c (queue, state, slot, n)
+            SELECT queue, outcome, pg_backend_pid() % 64, count(*)
+            FROM new_rows GROUP BY 1, 2 ORDER BY 1, 2
+            ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
         ELSE
             INSERT INTO tickler_history_count AS c (day, queue, outcome, slot, n)
             SELECT (dequeued_on AT TIME ZONE 'UTC')::date, queue, outcome, pg_backend_pid() % 16, -count(*)
@@ -298,8 +307,8 @@ BEGIN
         ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO tickler_queue_count AS c (queue, state, slot, n)
-        SELECT queue, 'open', pg_backend_pid() % 64, -count(*)
-        FROM old_rows WHERE outcome IS NULL GROUP BY 1 ORDER BY 1
+        SELECT queue, coalesce(outcome, 'open'), pg_backend_pid() % 64, -count(*)
+        FROM old_rows GROUP BY 1, 2 ORDER BY 1, 2
         ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
     ELSE
         INSERT INTO tickler_queue_count AS c (queue, state, slot, n)
@@ -334,7 +343,7 @@ END
 $$;
 SELECT tickler_maintain_history();
 
--- Finished events into history (the insert trigger counts them by day). The open ones are
+-- Finished events into history (counted below, once the copy is done). The open ones are
 -- written back into a fresh tickler_event: the table and its indexes start small instead of
 -- holding every finished row's dead version until a VACUUM FULL.
 INSERT INTO tickler_event_history SELECT * FROM tickler_event WHERE dequeued_on IS NOT NULL;

@@ -503,16 +503,30 @@ SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.group_key, c.sche
 -- name: ack_leases
 -- Finish every event of these live leases as delivered; returns the leases that were finished.
 -- A lease that expired, was re-claimed or was already finished matches nothing (fencing).
+-- The busiest finish moves its rows itself: deleted from the open events and inserted, finished,
+-- into the history (no intermediate version of the row is written; see tickler_move_finished).
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 finished AS (
-    UPDATE tickler_event AS e
-    SET dequeued_on = clock.now, dequeued_by = e.claimed_by, outcome = 'delivered', version = e.version + 1
-    FROM clock
+    DELETE FROM tickler_event AS e
+    USING clock
     WHERE e.lease_id = ANY(CAST(:lease_ids AS uuid[])) AND e.dequeued_on IS NULL
       AND e.lease_expires_on > clock.now
       -- a caller limited to some queues cannot finish another tenant's lease (NULL: any queue)
       AND (CAST(:queues AS text[]) IS NULL OR e.queue = ANY(CAST(:queues AS text[])))
-    RETURNING e.*
+    RETURNING e.id, e.queue, e.item_key, e.group_key, e.schedule_on, e.data, e.enqueued_on, e.enqueued_by,
+              clock.now AS dequeued_on, e.claimed_by AS dequeued_by, 'delivered' AS outcome, e.claimed_on,
+              e.claimed_by, e.lease_id, e.lease_expires_on, e.redeliver_count, e.max_attempts, e.last_error,
+              e.version + 1 AS version, e.claimed_expires_on
+),
+moved AS (
+    INSERT INTO tickler_event_history (
+        id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
+        outcome, claimed_on, claimed_by, lease_id, lease_expires_on, redeliver_count, max_attempts, last_error,
+        version, claimed_expires_on)
+    SELECT id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
+           outcome, claimed_on, claimed_by, lease_id, lease_expires_on, redeliver_count, max_attempts, last_error,
+           version, claimed_expires_on
+    FROM finished
 ),
 logged AS (
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)

@@ -4,6 +4,7 @@ and everything a client can read is the same before and after."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,6 +25,34 @@ from tickler.scheduler.store import QueueSettings, ScheduleSpec, SearchFilter, S
 
 PREVIOUS = 20  # the last migration of the release before history by day
 
+# The previous release's ack (its ack_leases): the finish as an UPDATE of the event row. Its
+# workers keep running it while the upgrade runs, and after it (the move trigger takes such
+# finished rows into the history); this release deletes and moves the row in one statement.
+PREVIOUS_ACK = """
+WITH clock AS (SELECT now() AS now),
+finished AS (
+    UPDATE tickler_event AS e
+    SET dequeued_on = clock.now, dequeued_by = e.claimed_by, outcome = 'delivered', version = e.version + 1
+    FROM clock
+    WHERE e.lease_id = ANY(%(lease_ids)s::uuid[]) AND e.dequeued_on IS NULL AND e.lease_expires_on > clock.now
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT queue, item_key, id, dequeued_on, 'delivered', dequeued_by, schedule_on,
+           tickler_with_claim(jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1),
+                              dequeued_on, dequeued_by, schedule_on, claimed_on, claimed_by, claimed_expires_on,
+                              lease_id, redeliver_count + 1, group_key, schedule_on)
+    FROM finished
+)
+SELECT id FROM finished
+"""
+
+
+def previous_ack(url: str, lease_ids: list[str]) -> list[int]:
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        return [row[0] for row in conn.execute(PREVIOUS_ACK, {"lease_ids": lease_ids})]
+
 
 @pytest.fixture
 def previous_release(admin_url: str) -> Iterator[tuple[str, Store, psycopg.Connection[Any]]]:
@@ -39,7 +68,7 @@ def previous_release(admin_url: str) -> Iterator[tuple[str, Store, psycopg.Conne
         pg.drop_database(admin_url, url)
 
 
-def fill(store: Store, engine: sa.Engine, now: datetime) -> list[tuple[str, str]]:
+def fill(url: str, store: Store, engine: sa.Engine, now: datetime) -> list[tuple[str, str]]:
     """Every kind of event the previous release held, written by the statements that release ran
     (the write path is unchanged): open, due, in flight, delivered, cancelled, dead, grouped,
     debounced, a reused key, recurring occurrences. Returns the (queue, key) pairs written."""
@@ -54,7 +83,7 @@ def fill(store: Store, engine: sa.Engine, now: datetime) -> list[tuple[str, str]
         now=past,
     )
     leases = store.leases.claim(queue, worker="w", limit=4, now=past + timedelta(minutes=1))
-    store.leases.ack([leases[0].lease_id], now=past + timedelta(minutes=2))  # delivered
+    previous_ack(url, [leases[0].lease_id])  # delivered
     store.leases.nack(leases[1].lease_id, error="boom", dead=True, now=past + timedelta(minutes=2))  # dead
     store.leases.nack(leases[2].lease_id, error="later", now=past + timedelta(minutes=2))  # retried later
     # leases[3] stays in flight (a lease of a day: the worker of the upgrade does not reap it)
@@ -79,7 +108,7 @@ def fill(store: Store, engine: sa.Engine, now: datetime) -> list[tuple[str, str]
         now=past,
     )
     group_leases = store.leases.claim(grouped, worker="w", limit=1, groups_first=True, now=past + timedelta(minutes=1))
-    store.leases.ack([group_leases[0].lease_id], now=past + timedelta(minutes=2))
+    previous_ack(url, [group_leases[0].lease_id])
     # recurring: a schedule and its occurrences
     store.schedules.put(
         "digests", "nightly", ScheduleSpec(cron="0 * * * *", timezone="UTC", data={}), actor="ops", now=past
@@ -121,33 +150,56 @@ def test_upgrade_keeps_every_event_and_timeline_entry_while_a_worker_delivers(
 ) -> None:
     url, store, raw = previous_release
     now = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=5)
-    keys = fill(store, store.engine, now)
+    keys = fill(url, store, store.engine, now)
     before_rows = rows(raw, "tickler_event")
     before_timeline = raw.execute("SELECT * FROM tickler_timeline ORDER BY id").fetchall()
     before = readable(store, keys, now)
     assert {row[10] for row in before_rows} == {None, "delivered", "cancelled", "dead"}  # outcome
 
-    # A worker delivers a queue of its own through the upgrade.
+    # A worker of the previous release delivers a queue of its own through the upgrade.
     busy = add_queue(store.engine, store, "busy")
     store.events.schedule_batch(
         busy,
         [NewEvent(item_key=f"b{i}", data={}, delay_seconds=i * 0.01) for i in range(300)],
         actor="app",
     )
-    with recording_worker(url, "busy", lambda event: None, name="upgrading") as delivered:
-        wait_until(lambda: len(delivered) >= 20, what="the worker delivering before the upgrade")
-        applied = migrate(url)
-        assert [m.version for m in applied] == [21]
-        wait_until(
-            lambda: raw.execute("SELECT count(*) FROM tickler_event WHERE queue = 'busy'").fetchone() == (0,),
-            timeout=60,
-            what=lambda: f"{len(delivered)} delivered",
-        )
+    delivered: list[int] = []
+    errors: list[BaseException] = []
+    failures: list[BaseException] = []  # a statement the upgrade made fail (a deadlock), retried
+
+    def previous_worker() -> None:
+        # As a worker does, it claims again on its next round when a claim fails, and acks again
+        # what it could not ack (its leases last a day).
+        unacked: list[str] = []
+        try:
+            while len(delivered) < 300:
+                try:
+                    unacked += [lease.lease_id for lease in store.leases.claim(busy, worker="previous", limit=10)]
+                    delivered.extend(previous_ack(url, unacked))
+                    unacked = []
+                except (sa.exc.OperationalError, psycopg.OperationalError) as error:
+                    failures.append(error)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    worker = threading.Thread(target=previous_worker)
+    worker.start()
+    wait_until(lambda: len(delivered) >= 20 or errors, what="the worker delivering before the upgrade")
+    applied = migrate(url)
+    assert [m.version for m in applied] == [21]
+    worker.join(timeout=60)
+    assert not errors and not worker.is_alive()
     busy_rows = raw.execute(
         "SELECT item_key, outcome FROM tickler_event_history WHERE queue = 'busy' ORDER BY item_key"
     ).fetchall()
     assert len(busy_rows) == 300 and {outcome for _, outcome in busy_rows} == {"delivered"}
     assert sorted(delivered) == sorted(set(delivered))  # each delivered once
+    assert one_value(raw, "SELECT count(*) FROM tickler_event WHERE queue = 'busy'") == 0
+    # and this release's worker takes over
+    store.events.schedule(busy, NewEvent(item_key="after", data={}), actor="app")
+    with recording_worker(url, "busy", lambda event: None, name="upgraded") as handled:
+        wait_until(lambda: one_value(raw, "SELECT count(*) FROM tickler_event WHERE queue = 'busy'") == 0)
+    assert len(handled) == 1
 
     # Every event and timeline entry of before, byte for byte, open ones in tickler_event.
     after_rows = [r for r in rows(raw, "tickler_event_all") if r[1] != "busy"]
@@ -176,6 +228,12 @@ def test_upgrade_keeps_every_event_and_timeline_entry_while_a_worker_delivers(
     assert [e.id for e in found] == [e.id for e in sorted(found, key=_order)]
     assert {q.name: q.retention_days for q in store.queues.list()} == {"busy": 3650, "digests": 3650, "emails": 3650}
     assert store.queues.put("new", QueueSettings(), Settings()).queue.retention_days == 30
+
+
+def one_value(raw: psycopg.Connection[Any], query: str) -> Any:
+    row = raw.execute(query).fetchone()
+    assert row is not None
+    return row[0]
 
 
 def _order(event: Event) -> tuple[datetime, int]:
