@@ -6,7 +6,8 @@ Builds a database with the previous schema (migrations 0001-0020) holding `--eve
 finished over the last 30 days (each with its enqueued and delivered timeline rows) and 10% open,
 as the previous release left them; then applies 0021 while a probe thread reads a queue's counts
 and claims every 50 ms, and reports the upgrade's time, the longest a probe waited, and the sizes
-of the tables before and after. Without --database-url it starts a private cluster (bench/cluster.py).
+of the tables before and after; then drops the partitions of the upgraded history (retention of
+one day) under the same probe. Without --database-url it starts a private cluster (bench/cluster.py).
 """
 
 from __future__ import annotations
@@ -130,6 +131,18 @@ def measure(admin_url: str, events: int) -> dict[str, Any]:
         probe.done.set()
         probe.join()
         after = sizes(url)
+        # Retention: the upgraded partitions (every finished event and timeline entry from before
+        # the upgrade) dropped as one day would be, while the probe claims.
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE tickler_queue SET retention_days = 1")
+            probe = Probe(url)
+            probe.start()
+            started = time.perf_counter()
+            dropped = conn.execute("SELECT dropped FROM tickler_maintain_history()").fetchone()
+            drop_took = time.perf_counter() - started
+            probe.done.set()
+            probe.join()
+            counts = dict(conn.execute("SELECT state, sum(n) FROM tickler_queue_count GROUP BY 1").fetchall())
         return {
             "events": events,
             "upgrade_seconds": round(took, 1),
@@ -137,6 +150,10 @@ def measure(admin_url: str, events: int) -> dict[str, Any]:
             "probe_errors": probe.errors,
             "before_mib": {k: round(v / 2**20) for k, v in before.items()},
             "after_mib": {k: round(v / 2**20) for k, v in after.items() if v > 2**20},
+            "dropped": dropped[0] if dropped else None,
+            "drop_seconds": round(drop_took, 2),
+            "longest_probe_during_drop_seconds": round(probe.longest, 2),
+            "counts_after_drop": {k: int(v) for k, v in counts.items()},
         }
     finally:
         drop_database(admin_url, url)
