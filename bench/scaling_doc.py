@@ -102,8 +102,14 @@ HISTORY = [
         "and file unlinks, not rows: the counters are corrected from the per-day counts, never by "
         "counting the day (the 0.81 s is mostly this busy box's fsync); claims do not touch the history, "
         "so they do not wait for it. Not measured yet: the soak and drain targets of issue #21 after "
-        "this change, and claim latency with 10,000,000 events in history against none (the plan tests "
-        "show claims, due counts and gauges read no history at all)."
+        "this change."
+    ),
+    "",
+    (
+        "A claim with 10,000,000 finished events in history against none (`python -m bench.history_claims`, "
+        "500 claims of 10 events each, released again): 5.06 against 4.71 ms median (1.07x, target 1.2x), "
+        "and 189 against 207 shared buffers per claim: claims, due counts and gauges read no history "
+        "(their plan test: `tests/test_history.py`)."
     ),
     "",
 ]
