@@ -90,6 +90,8 @@ def wanted_settings(fields: dict[str, Any]) -> QueueSettings:
         rotate_signing_secret=fields.get("rotate_signing_secret", False),
         max_in_flight=fields.get("max_in_flight"),
         rate_per_second=fields.get("rate_per_second"),
+        retention_days=fields.get("retention_days"),
+        archive_before_prune=fields.get("archive_before_prune"),
         cleared=frozenset(
             name for name in ("max_in_flight", "rate_per_second") if name in fields and fields[name] is None
         ),

@@ -70,6 +70,8 @@ def queue_json(
         },
         "max_in_flight": queue.max_in_flight,
         "rate_per_second": queue.rate_per_second,
+        "retention_days": queue.retention_days,
+        "archive_before_prune": queue.archive_before_prune,
         "paused": queue.paused,
         "created_on": format_timestamp(queue.created_on),
         "updated_on": format_timestamp(queue.updated_on),

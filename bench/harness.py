@@ -223,6 +223,8 @@ def wait_until_drained(url: str, *, table: str = "tickler_event", timeout: float
 
 def finish_time(url: str, table: str = "tickler_event") -> float:
     """Epoch seconds of the last finish (database clock)."""
+    # tickler's finished events are in its history (migration 0021): read every event
+    table = "tickler_event_all" if table == "tickler_event" else table
     with psycopg.connect(url, application_name=HARNESS) as conn:
         row = conn.execute(
             sql.SQL("SELECT extract(epoch FROM max(dequeued_on))::float8 FROM {}").format(sql.Identifier(table))

@@ -66,7 +66,7 @@ CROSS JOIN LATERAL (SELECT CAST(%(start)s AS timestamptz) + (g * %(span)s / %(n)
 _TIMELINE = """
 INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
 SELECT e.queue, e.item_key, e.id, x.at, x.action, x.actor, e.schedule_on, x.details
-FROM tickler_event AS e
+FROM tickler_event_all AS e
 CROSS JOIN LATERAL (VALUES
     (e.enqueued_on, 'enqueued', e.enqueued_by, jsonb_build_object('max_attempts', 5), true),
     (e.schedule_on, 'claimed', e.dequeued_by, jsonb_build_object('attempt', 1), e.outcome <> 'cancelled'),

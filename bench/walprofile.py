@@ -110,8 +110,19 @@ def main(argv: list[str] | None = None) -> int:
         make_queue(url)
         baseline.install(url)
         # What a delivered event writes, not what a vacuum that happens to run meanwhile writes.
+        # (History and timeline are partitioned by day: the setting goes on each partition.)
         with psycopg.connect(url, autocommit=True) as conn:
-            for table in ("tickler_event", "tickler_timeline", "tickler_queue", "tickler_queue_count", "bench_job"):
+            tables = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname IN"
+                    " ('tickler_event', 'tickler_timeline', 'tickler_queue', 'tickler_queue_count',"
+                    " 'tickler_history_count', 'bench_job')"
+                    " OR relname IN (SELECT name FROM tickler_history_partition)"
+                    " OR relname IN ('tickler_event_history_default', 'tickler_timeline_default')"
+                )
+            ]
+            for table in tables:
                 conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
         room = {"concurrency": max(96, args.batch), "queue_concurrency": max(64, args.batch)}
         specs = [WorkerSpec(url, QUEUE, args.batch, name=f"w{i}", **room) for i in range(args.workers)]  # type: ignore[arg-type]

@@ -8,10 +8,10 @@
 --     append-only for everyone else.
 
 -- name: source_events
--- Events as the report reads them.
+-- Events as the report reads them, open (tickler_event) and finished (tickler_event_history).
 SELECT id, queue, item_key, group_key, schedule_on, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
        outcome, redeliver_count, max_attempts
-FROM tickler_event
+FROM tickler_event_all
 
 -- name: source_timeline
 -- Timeline entries as the report reads them.
@@ -25,7 +25,7 @@ SELECT e.id, e.queue, e.item_key, e.group_key, e.schedule_on, CAST(e.data AS tex
        CAST(e.lease_id AS text) AS lease_id, e.lease_expires_on, e.redeliver_count, e.max_attempts,
        e.last_error, e.version,
        i.run_id, to_char(e.dequeued_on AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS date
-FROM tickler_event AS e
+FROM tickler_event_history AS e
 JOIN tickler_archive_item AS i ON i.event_id = e.id
 
 -- name: source_archive_timeline
@@ -37,12 +37,12 @@ SELECT t.event_id, t.id, t.queue, t.item_key, t.at, t.action, t.actor, t.schedul
        CAST(t.details AS text) AS details,
        i.run_id, to_char(e.dequeued_on AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS date
 FROM tickler_archive_item AS i
-JOIN tickler_event AS e ON e.id = i.event_id
+JOIN tickler_event_history AS e ON e.id = i.event_id
 JOIN tickler_timeline AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
 
 -- name: id_bounds_events
 -- Bounds of the partition column of source_events (partitioned reads split this range).
-SELECT min(id), max(id) FROM tickler_event
+SELECT min(id), max(id) FROM tickler_event_all
 
 -- name: id_bounds_timeline
 -- Bounds of the partition column of source_timeline.
@@ -84,7 +84,7 @@ RETURNING id
 -- Fix the run's events: finished before the cut-off (at most :limit, oldest ids first).
 INSERT INTO tickler_archive_item (run_id, event_id)
 SELECT %(run_id)s, e.id
-FROM tickler_event AS e
+FROM tickler_event_history AS e
 WHERE e.dequeued_on IS NOT NULL AND e.dequeued_on < %(cutoff)s
 ORDER BY e.id
 LIMIT %(limit)s
@@ -98,7 +98,7 @@ FROM (SELECT count(*) AS n, coalesce(sum(event_id), 0) AS id_sum, min(event_id) 
       FROM tickler_archive_item WHERE run_id = %(run_id)s) AS ev,
      (SELECT count(*) AS n, coalesce(sum(t.id), 0) AS id_sum
       FROM tickler_archive_item AS i
-      JOIN tickler_event AS e ON e.id = i.event_id
+      JOIN tickler_event_history AS e ON e.id = i.event_id
       JOIN tickler_timeline AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
       WHERE i.run_id = %(run_id)s) AS tl
 WHERE r.id = %(run_id)s
@@ -118,14 +118,14 @@ SELECT * FROM tickler_archive_run WHERE id = %(run_id)s AND state = 'written' FO
 -- Remove the run's timeline entries (tickler.archiving must be on in this transaction), found
 -- through their key as source_archive_timeline finds them (their events are still there).
 DELETE FROM tickler_timeline AS t
-USING tickler_archive_item AS i JOIN tickler_event AS e ON e.id = i.event_id
+USING tickler_archive_item AS i JOIN tickler_event_history AS e ON e.id = i.event_id
 WHERE i.run_id = %(run_id)s AND t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
 
 -- name: record_archived_keys
 -- Tell the timeline where each key's older history went.
 INSERT INTO tickler_archived_key AS k (queue, item_key, first_archive_id, archive_id, archived_through, events)
 SELECT e.queue, e.item_key, %(run_id)s, %(run_id)s, max(e.dequeued_on), count(*)
-FROM tickler_event AS e JOIN tickler_archive_item AS i ON i.event_id = e.id
+FROM tickler_event_history AS e JOIN tickler_archive_item AS i ON i.event_id = e.id
 WHERE i.run_id = %(run_id)s
 GROUP BY e.queue, e.item_key
 ORDER BY e.queue, e.item_key
@@ -135,8 +135,8 @@ SET archive_id = excluded.archive_id,
     events = k.events + excluded.events
 
 -- name: delete_run_events
--- Remove the run's events.
-DELETE FROM tickler_event AS e
+-- Remove the run's events (finished: in the history).
+DELETE FROM tickler_event_history AS e
 USING tickler_archive_item AS i
 WHERE i.run_id = %(run_id)s AND e.id = i.event_id
 
@@ -145,10 +145,23 @@ WHERE i.run_id = %(run_id)s AND e.id = i.event_id
 DELETE FROM tickler_archive_item WHERE run_id = %(run_id)s
 
 -- name: mark_deleted
--- The run is finished.
-UPDATE tickler_archive_run SET state = 'deleted', deleted_on = now()
-WHERE id = %(run_id)s AND state = 'written'
-RETURNING id
+-- The run is finished. Record how far the archive has written history (archive_before_prune
+-- drops only days before it): every event finished before the run's cut-off, unless a limit
+-- left some behind, then up to the oldest of those (the run's own events are gone by now).
+WITH marked AS (
+    UPDATE tickler_archive_run SET state = 'deleted', deleted_on = now()
+    WHERE id = %(run_id)s AND state = 'written'
+    RETURNING id, cutoff
+),
+progress AS (
+    INSERT INTO tickler_archive_progress AS p (archived_through)
+    SELECT coalesce(least(m.cutoff, (SELECT min(h.dequeued_on) FROM tickler_event_history AS h
+                                     WHERE h.dequeued_on < m.cutoff)), m.cutoff)
+    FROM marked AS m
+    ON CONFLICT (id) DO UPDATE
+    SET archived_through = greatest(p.archived_through, excluded.archived_through), updated_on = now()
+)
+SELECT id FROM marked
 
 -- name: analyze_items
 -- Statistics for the run's items, once recorded: the planner would otherwise price the joins of
@@ -156,10 +169,9 @@ RETURNING id
 ANALYZE tickler_archive_item
 
 -- name: analyze_after_delete
--- Fresh statistics once a run's history is gone. Until autovacuum notices, the planner would
--- still see a table of finished events, believe almost nothing is open, and could read every
--- open event to find the few leases an ack names.
-ANALYZE tickler_event, tickler_timeline
+-- Fresh statistics once a run's history is gone (finished events are in their own table since
+-- migration 0021, so the open events' statistics do not change).
+ANALYZE tickler_event_history, tickler_timeline
 
 -- name: import_queues
 -- The queues an import may write to, with their default max_attempts.

@@ -18,12 +18,13 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from tickler.config import WorkerSettings
-from tickler.scheduler import metrics, recurring
+from tickler.scheduler import history, metrics, recurring
 from tickler.scheduler.db import unavailable_reason
 from tickler.scheduler.delivery import Deliverer, Failed, Outcome
 from tickler.scheduler.finisher import Finisher
@@ -98,6 +99,16 @@ class Dispatcher:
         )
         for job, seconds, name in jobs:
             self._scheduler.add_job(job, "interval", seconds=seconds, id=name, max_instances=1, coalesce=True)
+        # History partitions: once at start (a worker that was down for days), then now and then.
+        self._scheduler.add_job(
+            history.periodic(self.store),
+            "interval",
+            seconds=history.INTERVAL_SECONDS,
+            id="history_maintenance",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(UTC),
+        )
         self._scheduler.start()
         self.finisher.start()
         self._claimer.start()

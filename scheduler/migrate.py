@@ -87,21 +87,38 @@ def pending_migrations(url: str) -> list[Migration]:
         return _check_history(_applied(conn), available_migrations())
 
 
-def migrate(url: str) -> list[Migration]:
-    """Apply every pending migration; return those this call applied."""
-    migrations = available_migrations()
+# A migration that takes locks while tickler runs may deadlock with a running statement; when
+# PostgreSQL picks the migration as the one to fail, it is applied again (it is one transaction).
+DEADLOCK_ATTEMPTS = 5
+
+
+def _apply(conn: psycopg.Connection, migration: Migration) -> None:
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            with conn.transaction():
+                conn.execute(migration.sql.encode())
+                conn.execute(
+                    "INSERT INTO tickler_migration (version, name, checksum) VALUES (%s, %s, %s)",
+                    [migration.version, migration.name, migration.checksum],
+                )
+            return
+        except psycopg.errors.DeadlockDetected:
+            if attempt == DEADLOCK_ATTEMPTS:
+                raise
+            log.warning("migration_deadlocked", version=migration.version, attempt=attempt)
+
+
+def migrate(url: str, *, through: int | None = None) -> list[Migration]:
+    """Apply every pending migration (up to version `through`, when given: an upgrade test builds
+    the schema of an earlier release); return those this call applied."""
+    migrations = [m for m in available_migrations() if through is None or m.version <= through]
     applied_now: list[Migration] = []
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
         try:
             conn.execute(_LEDGER_DDL)
             for migration in _check_history(_applied(conn), migrations):
-                with conn.transaction():
-                    conn.execute(migration.sql.encode())
-                    conn.execute(
-                        "INSERT INTO tickler_migration (version, name, checksum) VALUES (%s, %s, %s)",
-                        [migration.version, migration.name, migration.checksum],
-                    )
+                _apply(conn, migration)
                 log.info("migration_applied", version=migration.version, name=migration.name)
                 applied_now.append(migration)
         finally:

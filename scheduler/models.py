@@ -88,6 +88,10 @@ class Queue:
     # Flow control (SPEC §6): enforced by the claims themselves, in the database.
     max_in_flight: int | None = None
     rate_per_second: float | None = None
+    # History (SPEC §9): finished events and timeline entries are kept this many days, removed a
+    # whole day at a time; with archive_before_prune, only days the archive has written.
+    retention_days: int = 30
+    archive_before_prune: bool = False
 
     @property
     def flow_limited(self) -> bool:
@@ -96,7 +100,9 @@ class Queue:
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Queue:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        # A setting newer than the database's schema (a worker started before its migration ran)
+        # takes its default until the migration adds it.
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row})
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@
 
 -- name: retry_event
 -- Open the key's most recent event again if it is dead, with a fresh budget of attempts, due at
--- :schedule_on, after :delay_seconds, or now. No row: the most recent event is not dead (or a
--- concurrent retry took it first: the row lock makes the loser re-read it as open, not dead).
+-- :schedule_on, after :delay_seconds, or now: the row leaves the history for tickler_event again,
+-- with its id. No row: the most recent event is not dead (or a concurrent retry took it first:
+-- the loser waits on the row lock and finds it gone).
 -- The budget is the attempts the event had when it was first scheduled (or replaced): its
 -- max_attempts, or the budget its last retry recorded. `redeliver_count` never goes back, so the
 -- budget is counted from now: max_attempts becomes redeliver_count + budget.
@@ -16,33 +17,40 @@ latest AS (
     ORDER BY t.id DESC LIMIT 1
 ),
 target AS (
-    SELECT e.id, e.redeliver_count, e.max_attempts, e.dequeued_on, e.dequeued_by, e.last_error,
+    SELECT e.id,
+           coalesce(CAST(:schedule_on AS timestamptz),
+                    clock.now + make_interval(secs => coalesce(CAST(:delay_seconds AS double precision), 0)))
+               AS schedule_on,
            coalesce((SELECT CAST(r.details ->> 'attempts' AS integer) FROM tickler_timeline AS r
                      WHERE r.queue = e.queue AND r.item_key = e.item_key AND r.event_id = e.id
                        AND r.action = 'retried'
                      ORDER BY r.id DESC LIMIT 1), e.max_attempts) AS budget
-    FROM tickler_event AS e
+    FROM tickler_event_history AS e CROSS JOIN clock
     WHERE e.id = (SELECT event_id FROM latest) AND e.queue = :queue AND e.outcome = 'dead'
     FOR UPDATE OF e
 ),
-changed AS (
-    UPDATE tickler_event AS e
-    SET dequeued_on = NULL, dequeued_by = NULL, outcome = NULL,
-        schedule_on = coalesce(CAST(:schedule_on AS timestamptz),
-                               clock.now + make_interval(secs => coalesce(CAST(:delay_seconds AS double precision), 0))),
-        max_attempts = t.redeliver_count + t.budget,
-        version = e.version + 1
-    FROM target AS t CROSS JOIN clock
+revived AS (
+    DELETE FROM tickler_event_history AS e
+    USING target AS t
     WHERE e.id = t.id AND e.outcome = 'dead'
-    RETURNING e.*, t.budget, t.max_attempts AS previous_max_attempts, t.dequeued_on AS died_on,
-              t.dequeued_by AS died_by
+    RETURNING e.*, t.schedule_on AS new_schedule_on, t.budget
+),
+changed AS (
+    INSERT INTO tickler_event (
+        id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by,
+        claimed_on, claimed_by, redeliver_count, max_attempts, last_error, version)
+    OVERRIDING SYSTEM VALUE
+    SELECT r.id, r.queue, r.item_key, r.group_key, r.new_schedule_on, r.data, r.enqueued_on, r.enqueued_by,
+           r.claimed_on, r.claimed_by, r.redeliver_count, r.redeliver_count + r.budget, r.last_error, r.version + 1
+    FROM revived AS r
+    RETURNING *
 ),
 logged AS (
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
     SELECT c.queue, c.item_key, c.id, clock.now, 'retried', :actor, c.schedule_on,
-           tickler_retried_details(c.budget, c.max_attempts, c.previous_max_attempts, c.redeliver_count,
-                                   c.died_on, c.last_error)
-    FROM changed AS c CROSS JOIN clock
+           tickler_retried_details(r.budget, c.max_attempts, r.max_attempts, c.redeliver_count,
+                                   r.dequeued_on, c.last_error)
+    FROM changed AS c JOIN revived AS r ON r.id = c.id CROSS JOIN clock
 ),
 wake AS (SELECT tickler_wake_if_sooner(c.queue, c.schedule_on) FROM changed AS c)  -- see 0018
 SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
@@ -52,15 +60,15 @@ FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM 
 -- retry_event for every dead event of a queue with this group and/or key prefix that is its
 -- key's most recent event (what a retry by key would take) and whose key has no open event.
 -- Rows a concurrent retry holds are skipped (that retry opens them). The prefix is the range
--- [prefix, prefix_end) on the "C"-collated key; candidates come from tickler_event_dead.
+-- [prefix, prefix_end) on the "C"-collated key; candidates come from tickler_event_history_dead.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 target AS (
-    SELECT e.id, e.redeliver_count, e.max_attempts, e.dequeued_on, e.last_error,
+    SELECT e.id,
            coalesce((SELECT CAST(r.details ->> 'attempts' AS integer) FROM tickler_timeline AS r
                      WHERE r.queue = e.queue AND r.item_key = e.item_key AND r.event_id = e.id
                        AND r.action = 'retried'
                      ORDER BY r.id DESC LIMIT 1), e.max_attempts) AS budget
-    FROM tickler_event AS e
+    FROM tickler_event_history AS e
     WHERE e.queue = :queue AND e.outcome = 'dead'
       AND (CAST(:group_key AS text) IS NULL OR e.group_key = CAST(:group_key AS text) COLLATE "C")
       AND (CAST(:prefix AS text) IS NULL OR e.item_key >= CAST(:prefix AS text) COLLATE "C")
@@ -72,23 +80,29 @@ target AS (
                       WHERE o.queue = e.queue AND o.item_key = e.item_key AND o.dequeued_on IS NULL)
     FOR UPDATE OF e SKIP LOCKED
 ),
+revived AS (
+    DELETE FROM tickler_event_history AS e
+    USING target AS t
+    WHERE e.id = t.id AND e.outcome = 'dead'
+    RETURNING e.*, t.budget
+),
 changed AS (
-    UPDATE tickler_event AS e
-    SET dequeued_on = NULL, dequeued_by = NULL, outcome = NULL,
-        schedule_on = clock.now,
-        max_attempts = t.redeliver_count + t.budget,
-        version = e.version + 1
-    FROM target AS t CROSS JOIN clock
-    WHERE e.id = t.id AND e.id = ANY(ARRAY(SELECT id FROM target))  -- primary-key lookups (see claim_events)
-    RETURNING e.*, t.budget, t.max_attempts AS previous_max_attempts, t.dequeued_on AS died_on
+    INSERT INTO tickler_event (
+        id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by,
+        claimed_on, claimed_by, redeliver_count, max_attempts, last_error, version)
+    OVERRIDING SYSTEM VALUE
+    SELECT r.id, r.queue, r.item_key, r.group_key, clock.now, r.data, r.enqueued_on, r.enqueued_by,
+           r.claimed_on, r.claimed_by, r.redeliver_count, r.redeliver_count + r.budget, r.last_error, r.version + 1
+    FROM revived AS r CROSS JOIN clock
+    RETURNING *
 ),
 logged AS (
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
     SELECT c.queue, c.item_key, c.id, clock.now, 'retried', :actor, c.schedule_on,
-           tickler_retried_details(c.budget, c.max_attempts, c.previous_max_attempts, c.redeliver_count,
-                                   c.died_on, c.last_error)
+           tickler_retried_details(r.budget, c.max_attempts, r.max_attempts, c.redeliver_count,
+                                   r.dequeued_on, c.last_error)
            || jsonb_build_object('bulk', true)
-    FROM changed AS c CROSS JOIN clock
+    FROM changed AS c JOIN revived AS r ON r.id = c.id CROSS JOIN clock
     ORDER BY c.id
 ),
 wake AS (
@@ -123,7 +137,7 @@ SELECT count(*) AS n FROM (
 -- name: queue_in_archive_run
 -- Whether an unfinished archive run selected events of this queue (it must finish first).
 SELECT EXISTS (
-    SELECT 1 FROM tickler_archive_item AS i JOIN tickler_event AS e ON e.id = i.event_id
+    SELECT 1 FROM tickler_archive_item AS i JOIN tickler_event_history AS e ON e.id = i.event_id
     WHERE e.queue = :name
 ) AS found;
 
@@ -156,8 +170,9 @@ logged AS (
 SELECT count(*) AS cancelled FROM changed;
 
 -- name: delete_queue_events
--- Remove a deleted queue's (finished) events; their timeline stays (it has no foreign key).
-DELETE FROM tickler_event WHERE queue = :name;
+-- Remove a deleted queue's (finished, so history's) events; their timeline stays (it has no
+-- foreign key). Its open events were cancelled and moved to history before this.
+DELETE FROM tickler_event_history WHERE queue = :name;
 
 -- name: delete_queue_counts
 -- Remove a deleted queue's counters (after its events: their trigger writes to them).

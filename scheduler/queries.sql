@@ -7,6 +7,10 @@
 --     entry is the one exception: the statement that ends the lease writes it, in its own row
 --     (details -> 'claim', see tickler_with_claim() and tickler_timeline_entry in 0016).
 --   * Statements that return events return whole rows plus `status` (tickler_status()).
+--   * tickler_event holds open events only. A statement that finishes events (sets dequeued_on)
+--     still updates them there, and returns them; the same statement moves them into
+--     tickler_event_history (tickler_move_finished, migration 0021). Reads of any event, open or
+--     finished, go through tickler_event_all.
 
 -- name: schedule_one
 -- Schedule one event through tickler_schedule() (migration 0008: the one path that writes events,
@@ -31,9 +35,10 @@ FROM tickler_event AS e
 WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL;
 
 -- name: get_latest_event
--- The open event of a key, else its most recent one (found through the key's timeline).
+-- The open event of a key, else its most recent one (found through the key's timeline; a
+-- finished event is in the history).
 SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status
-FROM tickler_event AS e
+FROM tickler_event_all AS e
 WHERE e.id = coalesce(
     (SELECT id FROM tickler_event
      WHERE queue = :queue AND item_key = :item_key AND dequeued_on IS NULL),
@@ -41,9 +46,9 @@ WHERE e.id = coalesce(
      WHERE queue = :queue AND item_key = :item_key AND event_id IS NOT NULL ORDER BY id DESC LIMIT 1));
 
 -- name: get_events_by_id
--- Events by id, in no particular order.
+-- Events by id, open or finished, in no particular order.
 SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status
-FROM tickler_event AS e
+FROM tickler_event_all AS e
 WHERE e.id = ANY(CAST(:ids AS bigint[]));
 
 -- name: lock_open_event
@@ -176,6 +181,12 @@ SELECT state, sum(n)::bigint AS n FROM tickler_queue_count WHERE queue = :queue 
 -- indexes only; the clock goes in as an expression so that the planner sees its value).
 SELECT c.in_flight, c.due FROM tickler_live_counts(:queue, coalesce(CAST(:now AS timestamptz), now())) AS c;
 
+-- name: maintain_history
+-- The history's maintenance pass (tickler_maintain_history, migration 0021): day partitions
+-- created ahead, rows in the default partitions given their day, whole days past retention dropped.
+SELECT m.created, m.dropped
+FROM tickler_maintain_history(CAST(:now AS timestamptz), CAST(:days_ahead AS integer)) AS m;
+
 -- name: upsert_queue
 -- Create a queue or change its settings; `created` tells which. Dispatchers are woken, so that
 -- they start serving a new webhook queue at once.
@@ -183,11 +194,11 @@ WITH upserted AS (
 INSERT INTO tickler_queue AS q (
     name, delivery_mode, webhook_url, webhook_timeout_seconds, signing_secret,
     lease_seconds, max_attempts, backoff_initial_seconds, backoff_max_seconds, backoff_multiplier,
-    max_in_flight, rate_per_second)
+    max_in_flight, rate_per_second, retention_days, archive_before_prune)
 VALUES (
     :name, :delivery_mode, :webhook_url, :webhook_timeout_seconds, :signing_secret,
     :lease_seconds, :max_attempts, :backoff_initial_seconds, :backoff_max_seconds, :backoff_multiplier,
-    :max_in_flight, :rate_per_second)
+    :max_in_flight, :rate_per_second, :retention_days, :archive_before_prune)
 ON CONFLICT (name) DO UPDATE SET
     delivery_mode = excluded.delivery_mode,
     webhook_url = excluded.webhook_url,
@@ -208,6 +219,8 @@ ON CONFLICT (name) DO UPDATE SET
     backoff_multiplier = excluded.backoff_multiplier,
     max_in_flight = excluded.max_in_flight,
     rate_per_second = excluded.rate_per_second,
+    retention_days = excluded.retention_days,
+    archive_before_prune = excluded.archive_before_prune,
     updated_on = now()
 RETURNING q.*, (q.xmax = 0) AS created
 ),
@@ -490,16 +503,30 @@ SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.group_key, c.sche
 -- name: ack_leases
 -- Finish every event of these live leases as delivered; returns the leases that were finished.
 -- A lease that expired, was re-claimed or was already finished matches nothing (fencing).
+-- The busiest finish moves its rows itself: deleted from the open events and inserted, finished,
+-- into the history (no intermediate version of the row is written; see tickler_move_finished).
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 finished AS (
-    UPDATE tickler_event AS e
-    SET dequeued_on = clock.now, dequeued_by = e.claimed_by, outcome = 'delivered', version = e.version + 1
-    FROM clock
+    DELETE FROM tickler_event AS e
+    USING clock
     WHERE e.lease_id = ANY(CAST(:lease_ids AS uuid[])) AND e.dequeued_on IS NULL
       AND e.lease_expires_on > clock.now
       -- a caller limited to some queues cannot finish another tenant's lease (NULL: any queue)
       AND (CAST(:queues AS text[]) IS NULL OR e.queue = ANY(CAST(:queues AS text[])))
-    RETURNING e.*
+    RETURNING e.id, e.queue, e.item_key, e.group_key, e.schedule_on, e.data, e.enqueued_on, e.enqueued_by,
+              clock.now AS dequeued_on, e.claimed_by AS dequeued_by, 'delivered' AS outcome, e.claimed_on,
+              e.claimed_by, e.lease_id, e.lease_expires_on, e.redeliver_count, e.max_attempts, e.last_error,
+              e.version + 1 AS version, e.claimed_expires_on
+),
+moved AS (
+    INSERT INTO tickler_event_history (
+        id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
+        outcome, claimed_on, claimed_by, lease_id, lease_expires_on, redeliver_count, max_attempts, last_error,
+        version, claimed_expires_on)
+    SELECT id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
+           outcome, claimed_on, claimed_by, lease_id, lease_expires_on, redeliver_count, max_attempts, last_error,
+           version, claimed_expires_on
+    FROM finished
 ),
 logged AS (
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)

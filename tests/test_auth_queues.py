@@ -218,7 +218,7 @@ def test_counts_follow_transitions(client: FlaskClient, emails: str, token: str,
     # The same numbers as a count of the rows themselves.
     statuses = dict(
         raw.execute(
-            "SELECT tickler_status(outcome, lease_expires_on, now()), count(*) FROM tickler_event GROUP BY 1"
+            "SELECT tickler_status(outcome, lease_expires_on, now()), count(*) FROM tickler_event_all GROUP BY 1"
         ).fetchall()
     )
     assert statuses == {"pending": 7, "in_flight": 1, "delivered": 1, "cancelled": 1, "dead": 1}

@@ -78,7 +78,7 @@ def test_extend_moves_the_expiry_and_a_stale_lease_cannot_be_extended(
     assert 4 < lease.lease_seconds <= 5
     expires = tickler.extend(lease, 600)
     assert isinstance(expires, datetime) and (expires - lease.expires_at).total_seconds() > 500
-    stored = raw.execute("SELECT lease_expires_on FROM tickler_event WHERE item_key = 'k'").fetchone()
+    stored = raw.execute("SELECT lease_expires_on FROM tickler_event_all WHERE item_key = 'k'").fetchone()
     assert stored is not None and stored[0] == expires
     tickler.ack(lease)
     with pytest.raises(StaleLease):

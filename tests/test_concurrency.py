@@ -54,7 +54,7 @@ def test_thirty_clients_replace_one_key(
     outcomes = sorted(r.json()["outcome"] for r in responses)
     assert outcomes == ["created"] + ["replaced"] * (CLIENTS - 1), [r.text for r in responses if r.status_code >= 300]
     assert rows(raw, "tickler_event") == 1
-    version = raw.execute("SELECT version FROM tickler_event").fetchone()
+    version = raw.execute("SELECT version FROM tickler_event_all").fetchone()
     assert version == (CLIENTS,)
     assert rows(raw, "tickler_timeline") == CLIENTS
 

@@ -175,7 +175,7 @@ def test_thirty_racing_debounces_leave_one_event_and_one_entry_each(
     assert sorted(body["outcome"] for _, body in answers) == ["created"] + ["debounced"] * (racers - 1)
 
     open_events = raw.execute(
-        "SELECT data, version FROM tickler_event WHERE item_key = 'digest:ana' AND dequeued_on IS NULL"
+        "SELECT data, version FROM tickler_event_all WHERE item_key = 'digest:ana' AND dequeued_on IS NULL"
     ).fetchall()
     assert len(open_events) == 1
     data, version = open_events[0]
@@ -186,4 +186,4 @@ def test_thirty_racing_debounces_leave_one_event_and_one_entry_each(
     actions = [row[0] for row in raw.execute(
         "SELECT action FROM tickler_timeline WHERE item_key = 'digest:ana' ORDER BY id")]  # fmt: skip
     assert actions == ["enqueued"] + ["debounced"] * (racers - 1)
-    assert raw.execute("SELECT count(*) FROM tickler_event").fetchone() == (1,)
+    assert raw.execute("SELECT count(*) FROM tickler_event_all").fetchone() == (1,)

@@ -33,7 +33,7 @@ def count(raw: psycopg.Connection[Any], sql: str, *params: object) -> int:
 
 
 def delivered(raw: psycopg.Connection[Any], queue: str) -> int:
-    return count(raw, "SELECT count(*) FROM tickler_event WHERE queue = %s AND outcome = 'delivered'", queue)
+    return count(raw, "SELECT count(*) FROM tickler_event_all WHERE queue = %s AND outcome = 'delivered'", queue)
 
 
 def actions(store: Store, queue: str, item_key: str) -> list[str]:
@@ -72,7 +72,9 @@ def test_four_worker_processes_deliver_each_event_exactly_once(
     assert set(times) == ids
     assert [i for i, n in times.items() if n > 1] == []
     assert sum(times.values()) == EVENTS
-    by_outcome = raw.execute("SELECT outcome, redeliver_count, count(*) FROM tickler_event GROUP BY 1, 2").fetchall()
+    by_outcome = raw.execute(
+        "SELECT outcome, redeliver_count, count(*) FROM tickler_event_all GROUP BY 1, 2"
+    ).fetchall()
     assert by_outcome == [("delivered", 0, EVENTS)]
     per_event = raw.execute(
         "SELECT n, count(*) FROM (SELECT count(*) FILTER (WHERE action = 'delivered') AS n"
@@ -174,7 +176,7 @@ def test_worker_retries_failures_and_finishes_dead_ones(
     worker.start()
 
     def finished() -> int:
-        return count(raw, "SELECT count(*) FROM tickler_event WHERE queue = 'flaky' AND dequeued_on IS NOT NULL")
+        return count(raw, "SELECT count(*) FROM tickler_event_all WHERE queue = 'flaky' AND dequeued_on IS NOT NULL")
 
     wait_until(lambda: finished() == 4, timeout=20, what=lambda: f"{finished()} of 4 finished; calls {dict(calls)}")
 
@@ -231,7 +233,7 @@ def test_sleeping_worker_delivers_on_time_never_early(
     )
     rows = raw.execute(
         "SELECT item_key, claimed_on >= schedule_on, extract(epoch FROM claimed_on - schedule_on)"
-        " FROM tickler_event WHERE queue = 'ontime'"
+        " FROM tickler_event_all WHERE queue = 'ontime'"
     ).fetchall()
     early = [key for key, on_time, _ in rows if not on_time]
     assert early == []

@@ -36,7 +36,7 @@ def scalar(raw: psycopg.Connection[Any], sql: str, *params: object) -> Any:
 
 
 def delivered(raw: psycopg.Connection[Any], queue: str = "work") -> int:
-    return int(scalar(raw, "SELECT count(*) FROM tickler_event WHERE queue = %s AND outcome = 'delivered'", queue))
+    return int(scalar(raw, "SELECT count(*) FROM tickler_event_all WHERE queue = %s AND outcome = 'delivered'", queue))
 
 
 def actions(store: Store, item_key: str, queue: str = "work") -> list[str]:
@@ -92,8 +92,8 @@ def test_worker_killed_mid_delivery_event_is_redelivered_after_its_lease(
     assert actions(store, "victim") == ["enqueued", "claimed", "lease_expired", "claimed", "delivered"]
     times = handled(tmp_path)
     assert times[victim.id] == 1  # the killed worker never finished it; the rescuer did, once
-    assert scalar(raw, "SELECT count(*) FROM tickler_event WHERE dequeued_on IS NULL") == 0
-    assert set(times) == set(r[0] for r in raw.execute("SELECT id FROM tickler_event").fetchall())
+    assert scalar(raw, "SELECT count(*) FROM tickler_event_all WHERE dequeued_on IS NULL") == 0
+    assert set(times) == set(r[0] for r in raw.execute("SELECT id FROM tickler_event_all").fetchall())
 
 
 # -- SIGTERM with a hung handler ---------------------------------------------------------------------
@@ -210,8 +210,8 @@ def test_postgres_restart_during_a_drain_loses_nothing(
         what=lambda: f"{count_delivered()} of {DRAIN} delivered\n{logs(tmp_path)}",
     )
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        open_events = scalar(conn, "SELECT count(*) FROM tickler_event WHERE outcome IS DISTINCT FROM 'delivered'")
-        redelivered = {row[0] for row in conn.execute("SELECT id FROM tickler_event WHERE redeliver_count > 0")}
+        open_events = scalar(conn, "SELECT count(*) FROM tickler_event_all WHERE outcome IS DISTINCT FROM 'delivered'")
+        redelivered = {row[0] for row in conn.execute("SELECT id FROM tickler_event_all WHERE redeliver_count > 0")}
     assert open_events == 0
     times = handled(tmp_path)
     assert set(times) == ids

@@ -53,7 +53,7 @@ def one(raw: psycopg.Connection[Any], query: str, *params: Any) -> Any:
 
 
 def finished_ids(raw: psycopg.Connection[Any]) -> list[int]:
-    return [r[0] for r in raw.execute("SELECT id FROM tickler_event WHERE dequeued_on < %s ORDER BY id", [CUTOFF])]
+    return [r[0] for r in raw.execute("SELECT id FROM tickler_event_all WHERE dequeued_on < %s ORDER BY id", [CUTOFF])]
 
 
 def archived(spark: Any, location: Path, table: str) -> Any:
@@ -106,7 +106,7 @@ def test_archive_survives_a_crash_between_write_and_delete(
     assert on_disk(spark, location, "events").count() == 12
     assert archived(spark, location, "events").count() == 0
 
-    analysed = one(raw, "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'tickler_event'")
+    analysed = one(raw, "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'tickler_event_history'")
     # the rerun finishes that run (from the ledger's state: no second write)
     [result] = run_archive(spark, database_url, location=str(location), cutoff=CUTOFF)
     assert (result.run_id, result.resumed, result.events, result.timeline) == (1, True, 12, entries)
@@ -115,7 +115,7 @@ def test_archive_survives_a_crash_between_write_and_delete(
     assert one(raw, "SELECT count(*) FROM tickler_archive_item") == 0
     assert one(raw, "SELECT state FROM tickler_archive_run") == "deleted"
     # the planner's statistics are taken again once the history is gone (not left to autovacuum)
-    assert one(raw, "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'tickler_event'") > analysed
+    assert one(raw, "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'tickler_event_history'") > analysed
     # counters follow the delete (tickler_queue_count is kept by triggers)
     assert one(raw, "SELECT sum(n) FROM tickler_queue_count WHERE state = 'delivered'") == 1  # x1
 
@@ -137,7 +137,7 @@ def test_archive_survives_a_crash_between_write_and_delete(
     assert e1["location"] == str(location)
     assert (e1["archived_through"], e1["archived_events"], e1["archive_id"]) == ("2026-11-02T10:00:01Z", 1, 1)
     assert archived_history(engine, "emails", "pending") is None
-    assert one(raw, "SELECT count(*) FROM tickler_event WHERE item_key = 'e1'") == 1  # the live one stays
+    assert one(raw, "SELECT count(*) FROM tickler_event_all WHERE item_key = 'e1'") == 1  # the live one stays
 
     # nothing left before the cut-off: no new run
     assert run_archive(spark, database_url, location=str(location), cutoff=CUTOFF) == []
@@ -167,7 +167,7 @@ def test_a_crash_before_verifying_rewrites_the_run_whole(
     assert archived(spark, location, "events").count() == 16
     ids = [r["id"] for r in archived(spark, location, "events").select("id").collect()]
     assert len(set(ids)) == 16
-    assert one(raw, "SELECT count(*) FROM tickler_event WHERE dequeued_on IS NOT NULL") == 0
+    assert one(raw, "SELECT count(*) FROM tickler_event_all WHERE dequeued_on IS NOT NULL") == 0
 
 
 def test_nothing_is_deleted_when_the_rows_changed_since_they_were_counted(

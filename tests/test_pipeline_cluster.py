@@ -131,7 +131,7 @@ def test_import_on_a_standalone_cluster_with_bare_executors(
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"{'created':<10} {50:>12,}" in run.stdout and f"{'invalid':<10} {1:>12,}" in run.stdout, run.stdout
-    found = raw.execute("SELECT count(*), count(DISTINCT item_key) FROM tickler_event WHERE queue = 'emails'")
+    found = raw.execute("SELECT count(*), count(DISTINCT item_key) FROM tickler_event_all WHERE queue = 'emails'")
     assert found.fetchone() == (50, 50)
 
 

@@ -121,7 +121,7 @@ def test_import_validates_each_row_and_loads_the_good_ones(
 
     events = {r[0]: r[1:] for r in raw.execute(
         "SELECT item_key, queue, group_key, schedule_on, data, enqueued_by, max_attempts, enqueued_on"
-        " FROM tickler_event"
+        " FROM tickler_event_all"
     )}  # fmt: skip
     assert len(events) == GOOD
     ana = events["welcome:ana@example.com"]
@@ -135,7 +135,7 @@ def test_import_validates_each_row_and_loads_the_good_ones(
     # the timeline has what the API would have written
     entries = raw.execute(
         "SELECT t.action, t.actor, t.schedule_on = e.schedule_on, t.at = e.enqueued_on, t.details"
-        " FROM tickler_timeline t JOIN tickler_event e ON e.id = t.event_id"
+        " FROM tickler_timeline t JOIN tickler_event_all e ON e.id = t.event_id"
         " WHERE e.item_key = 'welcome:ana@example.com'"
     ).fetchall()  # fmt: skip
     assert entries == [("enqueued", "campaign-bot", True, True, {"group_key": "ana", "max_attempts": 7})]
@@ -166,19 +166,19 @@ def test_ignore_and_replace(spark: Any, database_url: str, raw: psycopg.Connecti
 
     ignored = do_import(spark, database_url, changed, tmp_path, on_conflict="ignore")
     assert (ignored.counts["created"], ignored.counts["ignored"], ignored.rejects) == (1, 5, 0)
-    assert one(raw, "SELECT count(*) FROM tickler_event WHERE data = '{\"v\": 2}'") == 1  # the new k1
+    assert one(raw, "SELECT count(*) FROM tickler_event_all WHERE data = '{\"v\": 2}'") == 1  # the new k1
 
     replaced = do_import(spark, database_url, changed, tmp_path, on_conflict="replace")
     assert (replaced.counts["replaced"], replaced.counts["rejected"]) == (5, 1)
     assert rejects(replaced.rejects_path)[1]["reason"].startswith("conflict: The open event with this key is in flight")
-    versions = dict(raw.execute("SELECT item_key, version FROM tickler_event WHERE dequeued_on IS NULL").fetchall())
+    versions = dict(raw.execute("SELECT item_key, version FROM tickler_event_all WHERE dequeued_on IS NULL").fetchall())
     assert versions == {"k0": 1, "k1": 2, "k2": 2, "k3": 2, "k4": 2, "k5": 2}
-    assert one(raw, "SELECT data FROM tickler_event WHERE item_key = 'k0'") == {"v": 1}  # under a lease: untouched
+    assert one(raw, "SELECT data FROM tickler_event_all WHERE item_key = 'k0'") == {"v": 1}  # under a lease: untouched
     actions = raw.execute(
         "SELECT action, count(*) FROM tickler_timeline WHERE actor = 'campaign-bot' GROUP BY action ORDER BY action"
     ).fetchall()
     assert actions == [("enqueued", 7), ("replaced", 5)]
-    assert one(raw, "SELECT count(*) FROM tickler_event") == 7
+    assert one(raw, "SELECT count(*) FROM tickler_event_all") == 7
 
 
 @pytest.mark.usefixtures("queues")
@@ -189,7 +189,7 @@ def test_debounce_as_the_api_does(spark: Any, database_url: str, raw: psycopg.Co
         "UPDATE tickler_event SET claimed_on = now(), claimed_by = 'w', lease_id = gen_random_uuid(),"
         " lease_expires_on = now() + interval '1 minute' WHERE item_key = 'd0'"
     )
-    before = dict(raw.execute("SELECT item_key, schedule_on FROM tickler_event").fetchall())
+    before = dict(raw.execute("SELECT item_key, schedule_on FROM tickler_event_all").fetchall())
     # d1 asks for a time within the cap, d2 for one past it; d3 is new
     later = [{**rows[0], "data": '{"v": 2}'},
              {**rows[1], "delay_seconds": "50", "data": '{"v": 2}', "group_key": "g2"},
@@ -203,7 +203,7 @@ def test_debounce_as_the_api_does(spark: Any, database_url: str, raw: psycopg.Co
         == "conflict: The open event with this key is in flight; it cannot be debounced."
     )
     events = {r[0]: r[1:] for r in raw.execute(
-        "SELECT item_key, data, group_key, schedule_on - enqueued_on, version FROM tickler_event"
+        "SELECT item_key, data, group_key, schedule_on - enqueued_on, version FROM tickler_event_all"
     )}  # fmt: skip
     assert events["d0"] == ({"v": 1}, "g1", timedelta(seconds=30), 1)  # under a lease: untouched
     assert events["d1"][:2] == ({"v": 2}, "g2") and events["d1"][3] == 2  # latest wins
@@ -230,8 +230,8 @@ def test_a_nul_byte_in_a_quoted_cell_reaches_the_rules(
     found = rejects(result.rejects_path)
     assert found[1]["reason"] == "data: Not valid JSON." and found[1]["data"] == '{"t": "a\x00b"}'
     assert found[2]["reason"].startswith("item_key: ") and found[2]["item_key"] == "nul\x00:2"
-    assert one(raw, "SELECT data FROM tickler_event WHERE item_key = 'ok'") == {"t": "a\\b"}
-    assert one(raw, "SELECT count(*) FROM tickler_event") == 1
+    assert one(raw, "SELECT data FROM tickler_event_all WHERE item_key = 'ok'") == {"t": "a\\b"}
+    assert one(raw, "SELECT count(*) FROM tickler_event_all") == 1
 
 
 @pytest.mark.usefixtures("queues")
@@ -244,14 +244,14 @@ def test_an_import_that_died_resumes_and_counts_each_row_once(
     # partition 0 dies after committing two batches of 4 rows: those stay, and are visible
     with pytest.raises(Exception, match="simulated crash"):
         do_import(spark, database_url, source, tmp_path, batch_rows=4, crash_after_batches=2)
-    loaded = one(raw, "SELECT count(*) FROM tickler_event")
+    loaded = one(raw, "SELECT count(*) FROM tickler_event_all")
     assert 8 <= loaded < 40
     # the same command again resumes: committed batches are skipped, not reported as conflicts
     result = do_import(spark, database_url, source, tmp_path, batch_rows=4)
     assert result.counts == {"created": 40, "replaced": 0, "debounced": 0, "ignored": 0, "rejected": 0, "invalid": 1,
                              "duplicate": 1}  # fmt: skip
     assert sorted(rejects(result.rejects_path)) == [41, 42]
-    assert one(raw, "SELECT count(*) FROM tickler_event") == 40
+    assert one(raw, "SELECT count(*) FROM tickler_event_all") == 40
     assert one(raw, "SELECT count(*) FROM tickler_timeline") == 40
     assert one(raw, "SELECT count(*) FROM tickler_import WHERE finished_on IS NOT NULL") == 1
     assert one(raw, "SELECT count(*) FROM tickler_import_batch") == 0  # the finished import's batches are gone
@@ -269,7 +269,7 @@ def test_import_from_parquet(spark: Any, database_url: str, raw: psycopg.Connect
     frame.write.parquet(str(tmp_path / "campaign.parquet"))
     result = do_import(spark, database_url, str(tmp_path / "campaign.parquet"), tmp_path)
     assert (result.counts["created"], result.counts["invalid"]) == (2, 1)
-    found = dict(raw.execute("SELECT item_key, schedule_on FROM tickler_event").fetchall())
+    found = dict(raw.execute("SELECT item_key, schedule_on FROM tickler_event_all").fetchall())
     assert found == {"p1": FUTURE, "p2": datetime(2030, 1, 1, tzinfo=UTC)}
 
 

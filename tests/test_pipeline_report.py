@@ -121,7 +121,7 @@ _EXACT = """
 SELECT e.queue, (t.at AT TIME ZONE 'UTC')::date AS day, {p} AS p,
        percentile_disc({p}) WITHIN GROUP (ORDER BY extract(epoch FROM t.at - e.schedule_on)) AS lateness,
        percentile_disc({p}) WITHIN GROUP (ORDER BY extract(epoch FROM t.at - e.enqueued_on)) AS enqueue_to_delivery
-FROM tickler_timeline t JOIN tickler_event e ON e.id = t.event_id
+FROM tickler_timeline t JOIN tickler_event_all e ON e.id = t.event_id
 WHERE t.action = 'delivered'
 GROUP BY ROLLUP (e.queue, (t.at AT TIME ZONE 'UTC')::date)
 HAVING e.queue IS NOT NULL

@@ -23,7 +23,7 @@ def put(client: FlaskClient, token: str, key: str, body: dict[str, Any], queue: 
 
 def schedule_events(raw: psycopg.Connection[Any], key: str) -> list[tuple[Any, ...]]:
     return raw.execute(
-        "SELECT item_key, outcome, enqueued_by, data, group_key FROM tickler_event"
+        "SELECT item_key, outcome, enqueued_by, data, group_key FROM tickler_event_all"
         " WHERE item_key LIKE %s ORDER BY schedule_on, id",
         [key + "@%"],
     ).fetchall()

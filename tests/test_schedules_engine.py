@@ -32,7 +32,7 @@ def at(text: str) -> datetime:
 def keys(raw: psycopg.Connection[Any], key: str, *, open_only: bool = False) -> list[str]:
     where = " AND dequeued_on IS NULL" if open_only else ""
     found = raw.execute(
-        f"SELECT item_key FROM tickler_event WHERE item_key LIKE %s{where} ORDER BY schedule_on, id", [key + "@%"]
+        f"SELECT item_key FROM tickler_event_all WHERE item_key LIKE %s{where} ORDER BY schedule_on, id", [key + "@%"]
     ).fetchall()
     return [row[0] for row in found]
 
@@ -147,7 +147,7 @@ def test_a_cancelled_occurrence_is_skipped_not_enqueued_again(
     store.events.cancel(queue, "s@2026-11-23T01:00:00Z", actor="ops", reason="holiday")
     run_clock(engine, raw, at("2026-11-23T00:30:00Z"), at("2026-11-23T02:30:00Z"), timedelta(minutes=7))
     assert keys(raw, "s") == ["s@2026-11-23T01:00:00Z", "s@2026-11-23T02:00:00Z", "s@2026-11-23T03:00:00Z"]
-    outcomes = raw.execute("SELECT outcome FROM tickler_event WHERE item_key LIKE 's@%' ORDER BY id").fetchall()
+    outcomes = raw.execute("SELECT outcome FROM tickler_event_all WHERE item_key LIKE 's@%' ORDER BY id").fetchall()
     assert [row[0] for row in outcomes] == ["cancelled", "delivered", None]
 
 
@@ -190,7 +190,7 @@ def test_deleting_a_schedule_leaves_occurrences_that_came_due(
     store.schedules.put(queue, "d", HOURLY, actor="ops", now=at("2026-11-23T00:30:00Z"))
     enqueue_due(engine, now=at("2026-11-23T01:00:05Z"))  # 01:00 came due, 02:00 waits
     store.schedules.delete(queue, "d", actor="ops", now=at("2026-11-23T01:00:10Z"))
-    state = raw.execute("SELECT item_key, outcome FROM tickler_event ORDER BY schedule_on").fetchall()
+    state = raw.execute("SELECT item_key, outcome FROM tickler_event_all ORDER BY schedule_on").fetchall()
     assert state == [("d@2026-11-23T01:00:00Z", None), ("d@2026-11-23T02:00:00Z", "cancelled")]
     assert enqueue_due(engine, now=at("2026-11-23T05:00:00Z")) == 0
 
@@ -244,7 +244,7 @@ def test_four_processes_enqueue_every_occurrence_exactly_once(
     # A process skips a schedule another one holds (SKIP LOCKED) and leaves it to the next run;
     # the simulated clocks stop at `end`, so one last run at `end` stands for the time that goes on.
     last_run = enqueue_due(store.engine, now=end)
-    enqueued = [row[0] for row in raw.execute("SELECT item_key FROM tickler_event").fetchall()]
+    enqueued = [row[0] for row in raw.execute("SELECT item_key FROM tickler_event_all").fetchall()]
     duplicates = {key: n for key, n in Counter(enqueued).items() if n > 1}
     assert duplicates == {}
     for key, spec in specs.items():

@@ -57,10 +57,17 @@ def test_a_finished_event_frees_its_key(conn: psycopg.Connection[Any]) -> None:
     assert second != first
     with pytest.raises(psycopg.errors.UniqueViolation):
         _insert(conn)
-    # Reopening the finished one would make two open events: refused as well.
+    # The finished one left the open events for the history, in the statement that finished it.
+    assert conn.execute("SELECT count(*) FROM tickler_event WHERE id = %s", [first]).fetchone() == (0,)
+    moved = conn.execute("SELECT outcome FROM tickler_event_history WHERE id = %s", [first]).fetchone()
+    assert moved == ("delivered",)
+    # Reopening the finished one (as a retry does) would make two open events: refused as well.
     with pytest.raises(psycopg.errors.UniqueViolation):
         conn.execute(
-            "UPDATE tickler_event SET dequeued_on = NULL, dequeued_by = NULL, outcome = NULL WHERE id = %s", [first]
+            "INSERT INTO tickler_event (id, queue, item_key, schedule_on, enqueued_by, max_attempts) "
+            "OVERRIDING SYSTEM VALUE SELECT id, queue, item_key, schedule_on, enqueued_by, max_attempts "
+            "FROM tickler_event_history WHERE id = %s",
+            [first],
         )
 
 

@@ -113,7 +113,7 @@ def test_pages_stay_exact_while_another_thread_inserts(
     # Existing rows spread over time; concurrent inserts land before, between and after them.
     events = [{"item_key": f"old{i:03d}", "delay_seconds": 100 + i * 10, "data": {}} for i in range(200)]
     client.post("/v1/queues/emails/events/batch", json={"events": events}, headers=auth(token))
-    existing = {row[0] for row in raw.execute("SELECT id FROM tickler_event").fetchall()}
+    existing = {row[0] for row in raw.execute("SELECT id FROM tickler_event_all").fetchall()}
     stop = threading.Event()
     writing = threading.Event()
     inserted = 0

@@ -70,6 +70,16 @@ class PutQueueSchema(Schema):
         validate=validate.Range(min=0, min_inclusive=False, max=1_000_000),
         metadata={"description": "At most this many events claimed per second, across every process (null: no limit)."},
     )
+    retention_days = StrictInteger(
+        validate=validate.Range(min=1, max=3650),
+        metadata={
+            "description": "Finished events and timeline entries are kept this many days, then removed a whole "
+            "day at a time (default 30)."
+        },
+    )
+    archive_before_prune = StrictBoolean(
+        metadata={"description": "Remove a day of history only once `tickler pipeline archive` has written it."}
+    )
 
 
 # A queue's events by status, and `due`: the pending ones whose time has come.
@@ -86,6 +96,8 @@ class QueueSchema(Schema):
     backoff = fields.Dict()
     max_in_flight = fields.Integer(allow_none=True)
     rate_per_second = fields.Float(allow_none=True)
+    retention_days = fields.Integer()
+    archive_before_prune = fields.Boolean()
     paused = fields.Boolean(metadata={"description": "A paused queue delivers nothing; scheduling goes on."})
     created_on = RFC3339()
     updated_on = RFC3339()

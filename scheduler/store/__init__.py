@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from tickler.scheduler.store.events import EventChanges, EventStore, SearchFilter
+from tickler.scheduler.store.history import HistoryPass, HistoryStore
 from tickler.scheduler.store.leases import LeaseStore
 from tickler.scheduler.store.operations import DeletedQueue, QueueGauges
 from tickler.scheduler.store.queues import QueueSettings, QueueStore
@@ -16,6 +17,8 @@ __all__ = [
     "DeletedQueue",
     "EventChanges",
     "EventStore",
+    "HistoryPass",
+    "HistoryStore",
     "LeaseStore",
     "Matching",
     "QueueGauges",
@@ -46,6 +49,7 @@ class Store:
         self.tokens = TokenStore(engine)
         self.leases = LeaseStore(engine)
         self.schedules = ScheduleStore(engine)
+        self.history = HistoryStore(engine)
 
     def ping(self) -> None:
         with self.engine.connect() as conn:

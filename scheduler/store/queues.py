@@ -13,6 +13,9 @@ from tickler.scheduler.models import Queue
 from tickler.scheduler.sql import q
 from tickler.scheduler.store.operations import QueueOperations
 
+# Days of history a new queue keeps (SPEC §9).
+DEFAULT_RETENTION_DAYS = 30
+
 
 def new_signing_secret() -> str:
     """A Standard Webhooks secret: "whsec_" and 32 random bytes in base64."""
@@ -34,6 +37,8 @@ class QueueSettings:
     rotate_signing_secret: bool = False
     max_in_flight: int | None = None
     rate_per_second: float | None = None
+    retention_days: int | None = None
+    archive_before_prune: bool | None = None
     # Settings given as null: cleared (max_in_flight and rate_per_second: no limit).
     cleared: frozenset[str] = frozenset()
 
@@ -120,6 +125,8 @@ def _merge(name: str, wanted: QueueSettings, current: Queue | None, defaults: Se
         "backoff_multiplier": pick("backoff_multiplier", defaults.default_backoff_multiplier),
         "max_in_flight": pick("max_in_flight", None),
         "rate_per_second": pick("rate_per_second", None),
+        "retention_days": pick("retention_days", DEFAULT_RETENTION_DAYS),
+        "archive_before_prune": pick("archive_before_prune", False),
     }
     if becomes_webhook and wanted.max_in_flight is None and "max_in_flight" not in wanted.cleared:
         values["max_in_flight"] = cap_default

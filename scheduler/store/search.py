@@ -1,8 +1,9 @@
 """Keyset-paginated search of a queue's events, in (schedule_on, id) order.
 
 Filters are optional and combine, so this one query is built with SQLAlchemy Core (bound
-parameters only) rather than kept as a named query. Open and finished events live in
-different partial indexes; each part is read through its own index and the two are merged.
+parameters only) rather than kept as a named query. Open events (tickler_event) and finished ones
+(tickler_event_history, by day) live in different tables; each part is read through its own
+index and the two are merged.
 """
 
 from __future__ import annotations
@@ -19,33 +20,29 @@ from tickler.scheduler.rules import format_timestamp, parse_rfc3339
 from tickler.scheduler.states import ALL_STATUSES as ALL_STATUSES  # re-exported: older imports name it here
 from tickler.scheduler.states import OPEN_STATUSES, OUTCOMES, Status
 
-event = sa.table(
-    "tickler_event",
-    *(
-        sa.column(name)
-        for name in (
-            "id",
-            "queue",
-            "item_key",
-            "group_key",
-            "schedule_on",
-            "data",
-            "enqueued_on",
-            "enqueued_by",
-            "dequeued_on",
-            "dequeued_by",
-            "outcome",
-            "claimed_on",
-            "claimed_by",
-            "lease_id",
-            "lease_expires_on",
-            "redeliver_count",
-            "max_attempts",
-            "last_error",
-            "version",
-        )
-    ),
+_COLUMNS = (
+    "id",
+    "queue",
+    "item_key",
+    "group_key",
+    "schedule_on",
+    "data",
+    "enqueued_on",
+    "enqueued_by",
+    "dequeued_on",
+    "dequeued_by",
+    "outcome",
+    "claimed_on",
+    "claimed_by",
+    "lease_id",
+    "lease_expires_on",
+    "redeliver_count",
+    "max_attempts",
+    "last_error",
+    "version",
 )
+event = sa.table("tickler_event", *(sa.column(name) for name in _COLUMNS))
+finished_event = sa.table("tickler_event_history", *(sa.column(name) for name in _COLUMNS))
 
 
 class BadCursor(ValueError):
@@ -111,9 +108,10 @@ class Matching:
 
 
 def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, open_part: bool) -> sa.Select[Any]:
-    e = event.c
+    table = event if open_part else finished_event
+    e = table.c
     status = sa.func.tickler_status(e.outcome, e.lease_expires_on, now)
-    query = sa.select(*event.c, status.label("status")).where(e.queue == queue)
+    query = sa.select(*table.c, status.label("status")).where(e.queue == queue)
     if open_part:
         query = query.where(e.dequeued_on.is_(None))
         wanted = where.statuses & OPEN_STATUSES

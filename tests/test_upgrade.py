@@ -1,0 +1,240 @@
+"""The upgrade to history by day (migration 0021): a database built with the previous schema
+(migrations 0001 to 0020), filled with every kind of event, is upgraded while a worker delivers,
+and everything a client can read is the same before and after."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from tests import pg
+from tests.helpers_wait import wait_until
+from tests.helpers_worker import recording_worker
+from tickler.config import Settings
+from tickler.scheduler import recurring
+from tickler.scheduler.db import create_engine, libpq_url
+from tickler.scheduler.migrate import migrate
+from tickler.scheduler.models import Event, NewEvent, Queue
+from tickler.scheduler.store import QueueSettings, ScheduleSpec, SearchFilter, Store
+
+PREVIOUS = 20  # the last migration of the release before history by day
+
+# The previous release's ack (its ack_leases): the finish as an UPDATE of the event row. Its
+# workers keep running it while the upgrade runs, and after it (the move trigger takes such
+# finished rows into the history); this release deletes and moves the row in one statement.
+PREVIOUS_ACK = """
+WITH clock AS (SELECT now() AS now),
+finished AS (
+    UPDATE tickler_event AS e
+    SET dequeued_on = clock.now, dequeued_by = e.claimed_by, outcome = 'delivered', version = e.version + 1
+    FROM clock
+    WHERE e.lease_id = ANY(%(lease_ids)s::uuid[]) AND e.dequeued_on IS NULL AND e.lease_expires_on > clock.now
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT queue, item_key, id, dequeued_on, 'delivered', dequeued_by, schedule_on,
+           tickler_with_claim(jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1),
+                              dequeued_on, dequeued_by, schedule_on, claimed_on, claimed_by, claimed_expires_on,
+                              lease_id, redeliver_count + 1, group_key, schedule_on)
+    FROM finished
+)
+SELECT id FROM finished
+"""
+
+
+def previous_ack(url: str, lease_ids: list[str]) -> list[int]:
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        return [row[0] for row in conn.execute(PREVIOUS_ACK, {"lease_ids": lease_ids})]
+
+
+@pytest.fixture
+def previous_release(admin_url: str) -> Iterator[tuple[str, Store, psycopg.Connection[Any]]]:
+    """A database of its own with the schema of the previous release."""
+    url = pg.create_database(admin_url, prefix="tickler_upgrade")
+    migrate(url, through=PREVIOUS)
+    engine = create_engine(url, pool_size=3)
+    try:
+        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
+            yield url, Store(engine), raw
+    finally:
+        engine.dispose()
+        pg.drop_database(admin_url, url)
+
+
+def fill(url: str, store: Store, engine: sa.Engine, now: datetime) -> list[tuple[str, str]]:
+    """Every kind of event the previous release held, written by the statements that release ran
+    (the write path is unchanged): open, due, in flight, delivered, cancelled, dead, grouped,
+    debounced, a reused key, recurring occurrences. Returns the (queue, key) pairs written."""
+    queue = add_queue(engine, store, "emails", max_attempts=2)
+    grouped = add_queue(engine, store, "digests")
+    past = now - timedelta(hours=2)
+    store.events.schedule_batch(
+        queue,
+        [NewEvent(item_key=f"due{i}", data={"i": i}, schedule_on=past) for i in range(6)]
+        + [NewEvent(item_key=f"later{i}", data={}, schedule_on=now + timedelta(days=2)) for i in range(3)],
+        actor="app",
+        now=past,
+    )
+    leases = store.leases.claim(queue, worker="w", limit=4, now=past + timedelta(minutes=1))
+    previous_ack(url, [leases[0].lease_id])  # delivered
+    store.leases.nack(leases[1].lease_id, error="boom", dead=True, now=past + timedelta(minutes=2))  # dead
+    store.leases.nack(leases[2].lease_id, error="later", now=past + timedelta(minutes=2))  # retried later
+    # leases[3] stays in flight (a lease of a day: the worker of the upgrade does not reap it)
+    store.events.cancel("emails", "later0", actor="app", now=past + timedelta(minutes=3))
+    # a reused key: delivered, then scheduled again
+    store.events.schedule(queue, NewEvent(item_key="due0", data={"again": True}), actor="app", now=past)
+    # debounced: the latest data wins
+    for n in range(3):
+        store.events.schedule(
+            queue,
+            NewEvent(item_key="digest", data={"n": n}, delay_seconds=600),
+            actor="app",
+            on_conflict="debounce",
+            now=past + timedelta(seconds=n),
+        )
+    # grouped: one lease for a group's due events, acked
+    store.events.schedule_batch(
+        grouped,
+        [NewEvent(item_key=f"g{i}", data={}, group_key="ana", schedule_on=past) for i in range(3)]
+        + [NewEvent(item_key="g-other", data={}, group_key="bob", schedule_on=past)],
+        actor="app",
+        now=past,
+    )
+    group_leases = store.leases.claim(grouped, worker="w", limit=1, groups_first=True, now=past + timedelta(minutes=1))
+    previous_ack(url, [group_leases[0].lease_id])
+    # recurring: a schedule and its occurrences
+    store.schedules.put(
+        "digests", "nightly", ScheduleSpec(cron="0 * * * *", timezone="UTC", data={}), actor="ops", now=past
+    )
+    recurring.enqueue_due(engine, now=now)
+    with engine.connect() as conn:
+        keys = conn.execute(sa.text("SELECT DISTINCT queue, item_key FROM tickler_timeline ORDER BY 1, 2")).all()
+    return [(row.queue, row.item_key) for row in keys]
+
+
+def add_queue(engine: sa.Engine, store: Store, name: str, max_attempts: int = 10) -> Queue:
+    """A pull queue, created as the previous release did (it had no history settings)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO tickler_queue (name, delivery_mode, lease_seconds, max_attempts, backoff_initial_seconds,"
+                " backoff_max_seconds, backoff_multiplier) VALUES (:name, 'pull', 86400, :max_attempts, 1, 60, 2)"
+            ),
+            {"name": name, "max_attempts": max_attempts},
+        )
+    return store.queues.get(name)
+
+
+def rows(raw: psycopg.Connection[Any], table: str) -> list[tuple[Any, ...]]:
+    return raw.execute(f"SELECT * FROM {table} ORDER BY id").fetchall()
+
+
+def readable(store: Store, keys: list[tuple[str, str]], now: datetime) -> dict[str, Any]:
+    """What a client reads that both schemas answer through the same statements."""
+    return {
+        "timelines": {key: store.events.timeline(*key) for key in keys},
+        "counts": {queue: store.queues.counts(queue, now=now) for queue in ("emails", "digests")},
+        "gauges": store.queues.gauges(None, now=now),
+    }
+
+
+def test_upgrade_keeps_every_event_and_timeline_entry_while_a_worker_delivers(
+    previous_release: tuple[str, Store, psycopg.Connection[Any]],
+) -> None:
+    url, store, raw = previous_release
+    now = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=5)
+    keys = fill(url, store, store.engine, now)
+    before_rows = rows(raw, "tickler_event")
+    before_timeline = raw.execute("SELECT * FROM tickler_timeline ORDER BY id").fetchall()
+    before = readable(store, keys, now)
+    assert {row[10] for row in before_rows} == {None, "delivered", "cancelled", "dead"}  # outcome
+
+    # A worker of the previous release delivers a queue of its own through the upgrade.
+    busy = add_queue(store.engine, store, "busy")
+    store.events.schedule_batch(
+        busy,
+        [NewEvent(item_key=f"b{i}", data={}, delay_seconds=i * 0.01) for i in range(300)],
+        actor="app",
+    )
+    delivered: list[int] = []
+    errors: list[BaseException] = []
+    failures: list[BaseException] = []  # a statement the upgrade made fail (a deadlock), retried
+
+    def previous_worker() -> None:
+        # As a worker does, it claims again on its next round when a claim fails, and acks again
+        # what it could not ack (its leases last a day).
+        unacked: list[str] = []
+        try:
+            while len(delivered) < 300:
+                try:
+                    unacked += [lease.lease_id for lease in store.leases.claim(busy, worker="previous", limit=10)]
+                    delivered.extend(previous_ack(url, unacked))
+                    unacked = []
+                except (sa.exc.OperationalError, psycopg.OperationalError) as error:
+                    failures.append(error)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    worker = threading.Thread(target=previous_worker)
+    worker.start()
+    wait_until(lambda: len(delivered) >= 20 or errors, what="the worker delivering before the upgrade")
+    applied = migrate(url)
+    assert [m.version for m in applied] == [21]
+    worker.join(timeout=60)
+    assert not errors and not worker.is_alive()
+    busy_rows = raw.execute(
+        "SELECT item_key, outcome FROM tickler_event_history WHERE queue = 'busy' ORDER BY item_key"
+    ).fetchall()
+    assert len(busy_rows) == 300 and {outcome for _, outcome in busy_rows} == {"delivered"}
+    assert sorted(delivered) == sorted(set(delivered))  # each delivered once
+    assert one_value(raw, "SELECT count(*) FROM tickler_event WHERE queue = 'busy'") == 0
+    # and this release's worker takes over
+    store.events.schedule(busy, NewEvent(item_key="after", data={}), actor="app")
+    with recording_worker(url, "busy", lambda event: None, name="upgraded") as handled:
+        wait_until(lambda: one_value(raw, "SELECT count(*) FROM tickler_event WHERE queue = 'busy'") == 0)
+    assert len(handled) == 1
+
+    # Every event and timeline entry of before, byte for byte, open ones in tickler_event.
+    after_rows = [r for r in rows(raw, "tickler_event_all") if r[1] != "busy"]
+    assert after_rows == before_rows
+    assert [r for r in rows(raw, "tickler_event") if r[1] != "busy"] == [r for r in before_rows if r[8] is None]
+    after_timeline = [r for r in raw.execute("SELECT * FROM tickler_timeline ORDER BY id") if r[1] != "busy"]
+    assert after_timeline == before_timeline
+    after = readable(store, keys, now)
+    assert after["timelines"] == before["timelines"]
+    assert after["counts"] == before["counts"]
+    assert [g for g in after["gauges"] if g.name != "busy"] == [g for g in before["gauges"] if g.name != "busy"]
+
+    # What only the new schema answers, against the rows of before: an event by key (the open
+    # one, else the latest), search including finished events, the queue's history settings.
+    by_id = {row[0]: row for row in before_rows}
+    for queue, key in keys:
+        if key == "nightly":  # the schedule's own key has entries, no event
+            continue
+        event = store.events.get(queue, key, now=now)
+        expected = [r for r in before_rows if r[1] == queue and r[2] == key]
+        open_ones = [r for r in expected if r[8] is None]
+        assert event.id == (open_ones[0][0] if open_ones else max(r[0] for r in expected)), key
+        assert event.version == by_id[event.id][18] and event.data == by_id[event.id][5]
+    found = store.events.search("emails", SearchFilter(limit=100), now=now)
+    assert sorted(e.id for e in found) == sorted(r[0] for r in before_rows if r[1] == "emails")
+    assert [e.id for e in found] == [e.id for e in sorted(found, key=_order)]
+    assert {q.name: q.retention_days for q in store.queues.list()} == {"busy": 3650, "digests": 3650, "emails": 3650}
+    assert store.queues.put("new", QueueSettings(), Settings()).queue.retention_days == 30
+
+
+def one_value(raw: psycopg.Connection[Any], query: str) -> Any:
+    row = raw.execute(query).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _order(event: Event) -> tuple[datetime, int]:
+    return event.schedule_on, event.id
