@@ -614,6 +614,17 @@ WHERE lease_id = CAST(:lease_id AS uuid) AND dequeued_on IS NULL
   AND lease_expires_on > coalesce(CAST(:now AS timestamptz), now())
 LIMIT 1;
 
+-- name: lease_fate
+-- Why a lease can no longer be finished, for the 409 of a stale ack, nack or extend: `delivered`
+-- (acked already: a resent ack whose first answer was lost), `expired` (its time ran out and its
+-- events wait to be claimed again), or NULL (nacked, claimed again by another worker, or never a
+-- lease: a nack and a new claim clear the event's lease id, so nothing tells these apart).
+SELECT CASE WHEN bool_or(outcome = 'delivered') THEN 'delivered'
+            WHEN bool_or(dequeued_on IS NULL AND lease_expires_on <= now()) THEN 'expired'
+       END
+FROM tickler_event
+WHERE lease_id = CAST(:lease_id AS uuid);
+
 -- name: webhook_queues
 -- Queues whose events the dispatcher delivers by webhook.
 SELECT * FROM tickler_queue WHERE delivery_mode = 'webhook' ORDER BY name;

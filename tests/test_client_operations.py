@@ -72,8 +72,10 @@ def test_queue_settings_counts_and_flow_control(admin: Client, tickler: Client) 
     cleared = admin.put_queue("emails", max_in_flight=None)
     assert (cleared.max_in_flight, cleared.rate_per_second) == (None, 50.0)  # only what was given changes
     assert [q.name for q in tickler.list_queues()] == ["emails"]
-    admin.put_queue("other", pull=True)
+    admin.put_queue("other", delivery="pull")
     assert [q.name for q in admin.list_queues()] == ["emails", "other"]
+    with pytest.warns(DeprecationWarning, match='delivery="pull"'):
+        assert admin.put_queue("third", pull=True).delivery == {"mode": "pull"}  # the old spelling still works
     with pytest.raises(ValidationError) as caught:
         admin.put_queue("emails", max_in_flight=0)
     assert "max_in_flight" in caught.value.errors
