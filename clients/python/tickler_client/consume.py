@@ -148,6 +148,13 @@ class Heartbeat:
             return True
 
 
+def set_from_a_signal(event: threading.Event) -> None:
+    """Set `event` from a signal handler. Not directly: the handler runs in the main thread,
+    perhaps while that thread is inside `event.wait()` holding the event's lock, and `set()`
+    would wait for that lock forever."""
+    threading.Thread(target=event.set, name="tickler-signal").start()
+
+
 @contextlib.contextmanager
 def stop_on_signals(stop: threading.Event, enabled: bool) -> Iterator[None]:
     """SIGINT and SIGTERM set `stop` while the loop runs (main thread only); the old handlers come
@@ -158,7 +165,7 @@ def stop_on_signals(stop: threading.Event, enabled: bool) -> Iterator[None]:
 
     def _handle(signum: int, frame: Any) -> None:
         log.info("tickler consumer stopping on signal %s", signum)
-        stop.set()
+        set_from_a_signal(stop)
 
     previous = {sig: signal.signal(sig, _handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
