@@ -53,15 +53,14 @@ def _canonical(lease_id: str) -> str:
 
 # What a 409 says about a lease that is no longer held, by its `lease_status` (see lease_fate).
 _STALE_DETAIL = {
-    "delivered": "The lease was already acked: its events are delivered (a resent ack finds this).",
     "expired": "The lease expired before it was finished; its events will be delivered again.",
     "unknown": "The lease expired, was finished, or never existed.",
 }
 
 
 def _stale(lease_id: str) -> StaleLease:
-    """The 409 for a lease that is no longer held, saying why where the server can know, so that
-    a client can tell an ack resent after a lost answer from a lease that was lost."""
+    """The 409 for a lease that is no longer held, saying `expired` where the server can tell
+    cheaply, so that a lost lease is told from an ack resent after a lost answer."""
     fate = context.store().leases.fate(lease_id)
     return StaleLease(_STALE_DETAIL[fate], lease_status=fate)
 

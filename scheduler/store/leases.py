@@ -292,8 +292,7 @@ class LeaseStore(EngineStore):
         return queue
 
     def fate(self, lease_id: str) -> str:
-        """What became of a lease that is no longer live (see lease_fate): `delivered`, `expired`
-        or `unknown`."""
+        """What became of a lease that is no longer live (see lease_fate): `expired` or `unknown`."""
         with self.autocommit.connect() as conn:
             fate: str | None = conn.execute(q("lease_fate"), {"lease_id": lease_id}).scalar()
         return fate or "unknown"

@@ -10,7 +10,8 @@ from typing import Any
 from tickler_client._fields import without_none
 from tickler_client._http import Answer, Call, segment
 from tickler_client._model import from_json
-from tickler_client.models import Lease, NackResult, parse_time
+from tickler_client.errors import StaleLease
+from tickler_client.models import Lease, NackResult, Timeline, parse_time
 
 
 def lease_id_of(lease: Lease | str) -> str:
@@ -117,3 +118,27 @@ def extend(lease: Lease | str, seconds: float) -> Call[Lease]:
 
     path = f"/v1/leases/{segment(lease_id_of(lease))}/extend"
     return Call("POST", path, extended, json={"seconds": seconds}, safe=True, lease_call=True)
+
+
+# The timeline entries that end a lease, as `StaleLease.lease_status`.
+_ENDED_BY = {"delivered": "delivered", "failed": "retrying", "dead": "dead", "lease_expired": "expired"}
+
+
+def key_of(lease: Lease | str) -> tuple[str, str] | None:
+    """A key whose timeline tells how the lease ended: one of its events' (None for a bare id)."""
+    if isinstance(lease, Lease) and lease.events:
+        return lease.events[0].queue, lease.events[0].item_key
+    return None
+
+
+def explain(stale: StaleLease, lease: Lease | str, timeline: Timeline) -> None:
+    """Complete a StaleLease the server could not explain from the timeline of the lease's key:
+    an entry that ended this very lease says how (`delivered`: an ack that landed already)."""
+    lease_id = lease_id_of(lease)
+    for entry in reversed(timeline.entries):
+        if entry.action in _ENDED_BY and str(entry.details.get("lease_id")) == lease_id:
+            stale.lease_status = _ENDED_BY[entry.action]
+            if stale.already_finished:
+                stale.detail = f"{stale.detail} This lease already finished its events ({entry.action})."
+                stale.args = (f"{stale.status} {stale.title}: {stale.detail}",)
+            return

@@ -4,6 +4,7 @@ aiohttp and other asyncio services)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 
@@ -13,7 +14,8 @@ from tickler_client._http import AsyncTransport
 from tickler_client.aio_consume import Handler, run_consumer
 from tickler_client.client import settings
 from tickler_client.consume import ConsumeStats, default_worker_name
-from tickler_client.models import Event, Lease, Schedule
+from tickler_client.errors import StaleLease, TicklerError
+from tickler_client.models import Event, Lease, NackResult, Schedule
 
 
 class AsyncClient(AwaitsSends):
@@ -39,9 +41,7 @@ class AsyncClient(AwaitsSends):
     retry_matching = awaiting(_events.retry_matching)
     # pull consumers
     claim = awaiting(_leases.claim)
-    ack = awaiting(_leases.ack)
     ack_many = awaiting(_leases.ack_many)
-    nack = awaiting(_leases.nack)
     extend = awaiting(_leases.extend)
     # queues (admin) and recurring schedules
     put_queue = awaiting(_queues.put_queue)
@@ -84,6 +84,31 @@ class AsyncClient(AwaitsSends):
     @property
     def base_url(self) -> str:
         return self._transport.base_url
+
+    async def ack(self, lease: Lease | str) -> None:
+        try:
+            await self._transport.send(_leases.ack(lease))
+        except StaleLease as stale:
+            await self._explain(stale, lease)
+            raise
+
+    async def nack(
+        self, lease: Lease | str, error: str, *, retry_in_seconds: float | None = None, dead: bool = False
+    ) -> NackResult:
+        try:
+            return await self._transport.send(_leases.nack(lease, error, retry_in_seconds=retry_in_seconds, dead=dead))
+        except StaleLease as stale:
+            await self._explain(stale, lease)
+            raise
+
+    ack.__doc__, nack.__doc__ = _leases.ack.__doc__, _leases.nack.__doc__
+
+    async def _explain(self, stale: StaleLease, lease: Lease | str) -> None:
+        """A StaleLease the server could not explain is completed from the key's timeline."""
+        key = _leases.key_of(lease)
+        if stale.lease_status == "unknown" and key is not None:
+            with contextlib.suppress(TicklerError):
+                _leases.explain(stale, lease, await self.timeline(*key))
 
     async def search(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
@@ -11,7 +12,8 @@ from tickler_client._bind import Sends, blocking
 from tickler_client._http import Settings, Transport
 from tickler_client._version import __version__
 from tickler_client.consume import ConsumeStats, default_worker_name, run_consumer
-from tickler_client.models import Event, Lease, Schedule
+from tickler_client.errors import StaleLease, TicklerError
+from tickler_client.models import Event, Lease, NackResult, Schedule
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
@@ -79,9 +81,7 @@ class Client(Sends):
     retry_matching = blocking(_events.retry_matching)
     # pull consumers
     claim = blocking(_leases.claim)
-    ack = blocking(_leases.ack)
     ack_many = blocking(_leases.ack_many)
-    nack = blocking(_leases.nack)
     extend = blocking(_leases.extend)
     # queues (admin) and recurring schedules
     put_queue = blocking(_queues.put_queue)
@@ -124,6 +124,30 @@ class Client(Sends):
     @property
     def base_url(self) -> str:
         return self._transport.base_url
+
+    def ack(self, lease: Lease | str) -> None:
+        with self._explaining(lease):
+            self._transport.send(_leases.ack(lease))
+
+    def nack(
+        self, lease: Lease | str, error: str, *, retry_in_seconds: float | None = None, dead: bool = False
+    ) -> NackResult:
+        with self._explaining(lease):
+            return self._transport.send(_leases.nack(lease, error, retry_in_seconds=retry_in_seconds, dead=dead))
+
+    ack.__doc__, nack.__doc__ = _leases.ack.__doc__, _leases.nack.__doc__
+
+    @contextlib.contextmanager
+    def _explaining(self, lease: Lease | str) -> Iterator[None]:
+        """A StaleLease the server could not explain is completed from the key's timeline."""
+        try:
+            yield
+        except StaleLease as stale:
+            key = _leases.key_of(lease)
+            if stale.lease_status == "unknown" and key is not None:
+                with contextlib.suppress(TicklerError):
+                    _leases.explain(stale, lease, self.timeline(*key))
+            raise
 
     def search(
         self,

@@ -89,15 +89,16 @@ class Conflict(TicklerError):
 class StaleLease(Conflict):
     """409 on a lease call: the lease expired, was finished, or was claimed again by someone else.
 
-    `lease_status` says which, when the server knows: `delivered` (acked already: a resent ack
-    whose first answer was lost), `retrying` or `dead` (nacked already), `expired` (its time ran
-    out and nobody claimed the events since), `reclaimed` (another worker holds them now) or
-    `unknown` (no such lease; or a server that does not say). `already_finished` is True when
-    this very lease finished its events — what a resent ack or nack finds. `after_unanswered_try`
-    is True when an earlier try of this call got no answer, so the call may itself have landed.
+    `lease_status` says which, where it can be known: `expired` (its time ran out; the server
+    says so while nobody claimed its events since), or — for an `ack` or `nack` given the
+    `Lease` itself, read from its key's timeline — `delivered` (acked already: what an ack
+    resent after a lost answer finds), `retrying` or `dead` (nacked already); else `unknown`
+    (claimed again by another worker, or never a lease). `already_finished` is True when this
+    very lease finished its events. `after_unanswered_try` is True when an earlier try of this
+    call got no answer (the call may itself have landed).
 
     >>> try:
-    ...     client.ack(lease.lease_id)
+    ...     client.ack(lease)
     ... except StaleLease as stale:
     ...     if not stale.already_finished:
     ...         log.warning("lease lost: its events will be delivered again")
