@@ -1,4 +1,5 @@
-"""Turning Python arguments into the JSON fields of requests."""
+"""Turning Python arguments into the JSON fields of requests (refusing, before anything is
+sent, what the client can tell is wrong)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import asyncio
 import email.utils
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -43,10 +43,6 @@ class Answer:
     body: Any
 
 
-def _body(answer: Answer) -> Any:
-    return answer.body
-
-
 @dataclass(frozen=True)
 class Call(Generic[T]):
     """One request and how its answer is read. `safe`: may be sent again after no answer or a 503.
@@ -55,7 +51,7 @@ class Call(Generic[T]):
 
     method: str
     path: str
-    read: Callable[[Answer], T] = field(default=_body)  # type: ignore[assignment]
+    read: Callable[[Answer], T]
     json: Any = None
     params: dict[str, str] | None = None
     headers: dict[str, str] | None = None

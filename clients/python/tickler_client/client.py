@@ -52,6 +52,9 @@ class _LeaseCalls(Sends):
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
 
+    def close(self) -> None:
+        self._transport.close()
+
 
 class Client(Sends):
     """A tickler server, reached with one token. Safe to share between threads (one pool of
@@ -242,7 +245,7 @@ class Client(Sends):
                 handle_signals=handle_signals,
             )
         finally:
-            heartbeat_calls._transport.close()
+            heartbeat_calls.close()
 
     def close(self) -> None:
         """Close the HTTP connections (also done on leaving a `with` block)."""
