@@ -318,6 +318,13 @@ def start_relay(service_url: str, live_server: str, token: str) -> subprocess.Po
     return subprocess.Popen([*command, "--log-level", "WARNING"], env=env, stderr=subprocess.DEVNULL)
 
 
+def connected_relays(url: str) -> set[int]:
+    """The process ids of the relays connected to the service's database."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = conn.execute("SELECT application_name FROM pg_stat_activity").fetchall()
+    return {int(name.rsplit(" ", 1)[1]) for (name,) in names if name.startswith("tickler-outbox relay ")}
+
+
 def marked(url: str) -> set[int]:
     with psycopg.connect(url, autocommit=True) as conn:
         return {int(r[0]) for r in conn.execute("SELECT id FROM tickler_outbox_sent").fetchall()}
@@ -351,6 +358,8 @@ def test_relays_killed_mid_batch_lose_and_repeat_nothing(
             kills += 1
             relays[victim] = start_relay(service_url, live_server, token)
         wait_until(lambda: count(service_url) == 0, timeout=90, what=lambda: f"{count(service_url)} rows left")
+        # Both relays past their start (signal handlers in place) before they are told to stop.
+        wait_until(lambda: connected_relays(service_url) >= {p.pid for p in relays}, what="both relays connected")
     finally:
         for process in relays:
             process.send_signal(signal.SIGTERM)

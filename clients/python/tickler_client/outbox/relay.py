@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -79,10 +80,12 @@ class Relay:
         self._marks: psycopg.Connection[Any] | None = None
 
     def _connections(self) -> tuple[psycopg.Connection[Any], psycopg.Connection[Any]]:
+        # Named, so that pg_stat_activity shows which process each relay connection belongs to.
+        name = f"tickler-outbox relay {os.getpid()}"
         if self._work is None or self._work.closed:
-            self._work = psycopg.connect(self.database_url)
+            self._work = psycopg.connect(self.database_url, application_name=name)
         if self._marks is None or self._marks.closed:
-            self._marks = psycopg.connect(self.database_url, autocommit=True)
+            self._marks = psycopg.connect(self.database_url, autocommit=True, application_name=name)
         return self._work, self._marks
 
     def run_once(self) -> int:
