@@ -85,9 +85,19 @@ def drain(relay: Relay) -> None:
     wait_until(lambda: relay.run_once() == 0, what="the outbox to empty")
 
 
-def test_install_twice_changes_nothing(service: psycopg.Connection[Any]) -> None:
-    with service.transaction():
-        outbox.install(service)
+def test_install_again_changes_nothing_from_each_entry_point(service_url: str) -> None:
+    with psycopg.connect(service_url) as conn:
+        conn.execute("INSERT INTO tickler_outbox (queue, item_key, operation) VALUES ('q', 'k', 'cancel')")
+        outbox.install(conn)
+    engine = sa.create_engine(service_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with engine.begin() as conn:
+            outbox.install(conn)
+    finally:
+        engine.dispose()
+    command = [sys.executable, "-m", "tickler_client.outbox.cli", "install", "--database-url", service_url]
+    assert "tables ready" in subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    assert count(service_url) == 1  # the row written before is still there
     assert "CREATE TABLE IF NOT EXISTS tickler_outbox" in outbox.SCHEMA_SQL
 
 
@@ -182,6 +192,22 @@ def test_rows_stay_while_tickler_does_not_answer(
     with Relay(service_url, reader) as relay:
         drain(relay)
     assert actions(reader, "a") == ["enqueued", "cancelled"]
+
+
+def test_a_cancel_waits_while_its_event_is_in_flight(
+    service: psycopg.Connection[Any], service_url: str, reader: Client, relay: Relay
+) -> None:
+    reader.schedule(QUEUE, "k")
+    [lease] = reader.claim(QUEUE, worker="w")
+    with service.transaction():
+        outbox.cancel(service, QUEUE, "k")
+        outbox.schedule(service, QUEUE, "k", {"second": True}, delay=60, on_conflict="replace")
+    assert relay.run_once() == 1  # the cancel: 409 in flight, it stays; the schedule waits behind it
+    assert (relay.stats.forwarded, relay.stats.unanswered, count(service_url)) == (0, 1, 2)
+    reader.nack(lease, "smtp down", retry_in_seconds=3600)  # the delivery failed: the event is open again
+    drain(relay)
+    assert actions(reader, "k") == ["enqueued", "claimed", "failed", "cancelled", "enqueued"]
+    assert reader.get(QUEUE, "k").data == {"second": True}
 
 
 def test_a_row_sent_before_its_relay_died_takes_effect_once(
