@@ -121,10 +121,8 @@ class _Attempts:
             return answer
         retry_after = retry_after_seconds(response.headers.get("Retry-After"))
         error = error_for(answer.status, answer.body, lease_call=self.call.lease_call, retry_after=retry_after)
-        if isinstance(error, ServiceUnavailable):
-            self.unanswered = True  # a 503 from a proxy may follow a request that did reach the server
-            if attempt < self.tries - 1:
-                return self._backoff(attempt, retry_after)
+        if isinstance(error, ServiceUnavailable) and attempt < self.tries - 1:
+            return self._backoff(attempt, retry_after)
         if isinstance(error, StaleLease) and self.unanswered:
             error.after_unanswered_try = True
         raise error

@@ -31,6 +31,7 @@ from tickler_client.errors import (
     Conflict,
     Forbidden,
     NotFound,
+    PayloadTooLarge,
     ServerError,
     ServiceUnavailable,
     TicklerError,
@@ -89,9 +90,9 @@ class Forwarder:
         self._send_all(batch, outcome)
         return outcome
 
-    def _send_all(self, wave: list[Row], outcome: Outcome) -> None:
-        batches: dict[tuple[str, str, Any], list[Row]] = {}
-        for row in wave:
+    def _send_all(self, rows: list[Row], outcome: Outcome) -> None:
+        batches: dict[tuple[str, str], list[Row]] = {}
+        for row in rows:
             try:
                 if row.maybe_sent and self._landed(row):
                     log.info("outbox row %s (%s %s) had reached tickler already", row.id, row.operation, row.item_key)
@@ -102,12 +103,11 @@ class Forwarder:
                 continue
             on_conflict = row.body.get("on_conflict", "reject")
             if row.operation == "schedule" and on_conflict in BATCHABLE:
-                group = (row.queue, on_conflict, row.body.get("debounce_max_seconds"))
-                batches.setdefault(group, []).append(row)
+                batches.setdefault((row.queue, on_conflict), []).append(row)
             else:
                 self._send_one(row, outcome)
-        for (queue, on_conflict, _), rows in batches.items():
-            self._send_batch(queue, on_conflict, rows, outcome)
+        for (queue, on_conflict), batch in batches.items():
+            self._send_batch(queue, on_conflict, batch, outcome)
 
     def _send_batch(self, queue: str, on_conflict: Any, rows: list[Row], outcome: Outcome) -> None:
         if len(rows) == 1:
@@ -116,15 +116,16 @@ class Forwarder:
         items = [{"item_key": row.item_key, **_event_fields(row.body)} for row in rows]
         try:
             results = self.client.schedule_batch(queue, items, on_conflict=on_conflict)
-        except ValidationError:
-            # One bad item refuses the whole batch (nothing written): find it by sending each alone.
+        except (ValidationError, PayloadTooLarge):
+            # One bad or large item refuses the whole batch (nothing written), or the batch is over
+            # the body limit: each row gets its own answer when sent alone.
             for row in rows:
                 self._send_one(row, outcome)
             return
         except NOT_ANSWERED as error:
             outcome.stay.update((row.id, str(error)) for row in rows)
             return
-        except TicklerError as error:  # 404: no such queue for this token; 413
+        except TicklerError as error:  # 404: no such queue for this token
             for row in rows:
                 self._refused(row, error, outcome)
             return
