@@ -240,3 +240,11 @@ class ProblemSchema(Schema):
     archived = fields.Dict(
         metadata={"description": "With type .../archived: where the key's archived history is (as in its timeline)."}
     )
+    lease_status = fields.String(
+        metadata={
+            "description": "On a 409 stale-lease: `expired` (its time ran out and nobody claimed its events since) "
+            "or `unknown` (finished, claimed again, or never a lease; an ack that already landed shows in the "
+            "key's timeline as a `delivered` entry carrying this lease_id).",
+            "enum": ["expired", "unknown"],
+        }
+    )
