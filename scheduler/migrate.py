@@ -102,8 +102,12 @@ def migrate(url: str) -> list[Migration]:
                         "INSERT INTO tickler_migration (version, name, checksum) VALUES (%s, %s, %s)",
                         [migration.version, migration.name, migration.checksum],
                     )
-                log.info("migration_applied", version=migration.version, name=migration.name)
+                log.debug("migration_applied", version=migration.version, name=migration.name)
                 applied_now.append(migration)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
+    if applied_now:
+        # One line for a whole run (a first start applies them all), not one per file.
+        last = applied_now[-1]
+        log.info("migrations_applied", count=len(applied_now), first=applied_now[0].version, last=last.version)
     return applied_now
