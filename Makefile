@@ -37,6 +37,9 @@ test: install lint typecheck ## install, then lint, type-check and run the whole
 test-only: install ## run the test suite only
 	$(BIN)/pytest
 
+test-quick: install ## the inner loop: the suite without Spark and the browser (a few minutes)
+	$(BIN)/pytest -m "not spark and not browser"
+
 lint: install ## ruff (lint and formatting) and the layer contracts (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -57,4 +60,4 @@ screenshots: install ## retake the dashboard's screenshots in docs/images/ (runs
 clean: ## remove the virtualenv and caches (keeps ./.tickler data)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help install serve test test-only lint typecheck bench bench-quick screenshots clean
+.PHONY: help install serve test test-only test-quick lint typecheck bench bench-quick screenshots clean

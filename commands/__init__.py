@@ -13,7 +13,7 @@ import sys
 from tickler.commands import events, queues, schedules
 from tickler.commands.database import NoDatabase, open_store
 from tickler.config import Settings
-from tickler.scheduler.errors import TicklerError
+from tickler.scheduler.errors import Invalid, TicklerError
 
 NAMES = ("queues", "events", "schedules")
 
@@ -38,6 +38,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         print(f"tickler: {error.detail}", file=sys.stderr)
         for field, messages in error.extra.get("errors", {}).items():
             print(f"  {field}: {'; '.join(messages)}", file=sys.stderr)
-        return 1
+        # Input the rules reject is a usage mistake (2), like a bad option; a refusal of valid
+        # input (no such key, a conflict) is 1.
+        return 2 if isinstance(error, Invalid) else 1
     finally:
         close()

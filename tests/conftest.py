@@ -32,6 +32,25 @@ from tickler.scheduler.wakeup import WakeupListener
 # pipeline_db), for tests/test_pipeline_*.py.
 pytest_plugins = ["tests.client_fixtures", "tests.pipeline_fixtures"]
 
+# What `make test-quick` leaves out: the tests that start a Spark session or a browser.
+HEAVY = {"spark": "spark", "browser": "browser"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the Spark and browser tests (by the fixture they use), and group every test for
+    pytest-xdist (`--dist loadgroup`): a test file runs on one worker, so its module fixtures
+    start once, and all the Spark tests share one worker (one Spark session), as do the browser
+    tests (one Chromium). Each worker has its own database (see `database_url`)."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        heavy = next((marker for fixture, marker in HEAVY.items() if fixture in fixtures), None)
+        if heavy is None and item.path.name.startswith("test_pipeline_"):
+            heavy = "spark"  # the pipeline's commands start Spark in their own processes too
+        if heavy:
+            item.add_marker(getattr(pytest.mark, heavy))
+        item.add_marker(pytest.mark.xdist_group(heavy or item.path.name))
+
+
 TABLES = (
     "tickler_event, tickler_timeline, tickler_queue_count, tickler_token, tickler_queue, "
     "tickler_archived_key, tickler_archive_item, tickler_archive_run, tickler_minute_stat, tickler_ui_secret, "
