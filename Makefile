@@ -12,10 +12,10 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 # Stamps: the service alone, and the service with its test and pipeline extras.
-$(VENV)/.installed-base: pyproject.toml
+$(VENV)/.installed-base: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e . -e ./clients/python
 	@touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed-base clients/python/pyproject.toml
