@@ -12,8 +12,6 @@ from dataclasses import fields
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
-from tickler import commands as ops_commands
-from tickler.commands import tokens
 from tickler.commands.failures import Refused, describe_database, explain
 from tickler.config import Settings, SettingsError, WorkerSettings
 
@@ -28,6 +26,9 @@ WORKER_OPTIONS = ("concurrency", "queue_concurrency", "batch_size", "shutdown_gr
 
 
 def _parser() -> argparse.ArgumentParser:
+    from tickler import commands as ops_commands
+    from tickler.commands import tokens
+
     parser = argparse.ArgumentParser(prog="tickler", description="Delayed events with natural keys, on PostgreSQL.")
     parser.add_argument("--version", action="version", version=f"tickler {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -87,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    if argv == ["--version"]:  # answered before the subcommands (and the store) are imported
+        print(f"tickler {_version()}")
+        return 0
     if argv[:1] == ["pipeline"]:
         return _pipeline(argv[1:])
     args = _parser().parse_args(argv)
@@ -118,6 +122,9 @@ def _main(argv: list[str]) -> int:
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
+    from tickler import commands as ops_commands
+    from tickler.commands import tokens
+
     if args.command == "serve":
         from tickler.commands.serve import serve
 

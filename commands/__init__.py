@@ -10,15 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tickler.commands import events, queues, schedules
-from tickler.commands.database import NoDatabase, open_store
 from tickler.config import Settings
-from tickler.scheduler.errors import Invalid, TicklerError
+
+# The subcommands' modules (and the store under them) are imported when they are needed, so that
+# `tickler --version` and the one-line errors of commands/failures.py cost nothing.
 
 NAMES = ("queues", "events", "schedules")
 
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tickler.commands import events, queues, schedules
+
     queues.add_parser(subparsers)
     events.add_parser(subparsers)
     schedules.add_parser(subparsers)
@@ -26,6 +28,10 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Run one of NAMES; 0 done, 1 refused (no such key, conflict...), 2 no database or bad input."""
+    from tickler.commands import events, queues, schedules
+    from tickler.commands.database import NoDatabase, open_store
+    from tickler.scheduler.errors import Invalid, TicklerError
+
     try:
         store, close = open_store(settings)
     except NoDatabase as error:
