@@ -28,17 +28,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 @contextmanager
 def _store(settings: Settings) -> Iterator[Store]:
-    from tickler.commands.database import existing_database_url
-    from tickler.scheduler.db import create_engine
-    from tickler.scheduler.migrate import migrate
+    """The store over the existing, migrated database: a token command creates nothing, so that
+    it runs as the service's role, which needs no DDL privilege (docs/deploy.md)."""
+    from tickler.commands.database import open_store
 
-    url = existing_database_url(settings)  # never creates an empty database by mistake
-    migrate(url)
-    engine = create_engine(url, pool_size=1)
+    store, close = open_store(settings)
     try:
-        yield Store(engine)
+        yield store
     finally:
-        engine.dispose()
+        close()
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
