@@ -91,6 +91,9 @@ def test_serve_started_in_the_background_stops_on_sigint(database_url: str, tmp_
     try:
         entry = wait_until(serving, timeout=60, what=lambda: log_path.read_text()[-2000:])
         assert str(entry["url"]).startswith("http://127.0.0.1:"), entry
+        # where to point a browser, and where the data lives (the server and database, no password)
+        assert entry["dashboard"] == f"{entry['url']}/ui/" and entry["docs"] == f"{entry['url']}/docs", entry
+        assert entry["api"] == f"{entry['url']}/v1" and "/tickler_test_" in str(entry["database"]), entry
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
     finally:
