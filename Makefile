@@ -34,8 +34,8 @@ serve: $(VENV)/.installed-base ## install, then run the API and a dispatcher on 
 test: install lint typecheck ## install, then lint, type-check and run the whole test suite
 	$(BIN)/pytest
 
-test-only: install ## run the test suite only
-	$(BIN)/pytest
+test-only: install ## run the test suite only (PYTEST_ARGS="-n 2" to pass options)
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-quick: install ## the inner loop: the suite without Spark and the browser (a few minutes)
 	$(BIN)/pytest -m "not spark and not browser"
