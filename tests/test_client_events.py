@@ -209,7 +209,10 @@ def test_validation_errors_keep_every_field(tickler: Client, raw: psycopg.Connec
     assert written(raw) == (0, 0)
 
 
-def test_the_readme_walk_through_runs(tickler: Client, live_server: str, token: str) -> None:
+def test_the_readme_walk_through_runs(
+    tickler: Client, live_server: str, token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOKEN", token)  # the README's Python reads the token the shell exported
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme.split("## The same from Python", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]

@@ -136,7 +136,13 @@ class SearchArgsSchema(Schema):
     group_key = Key()
     item_key_prefix = Key()
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1))
-    cursor = fields.String(validate=validate.Length(max=2000))
+    cursor = fields.String(
+        validate=[validate.Length(min=1, max=2000), validate.Regexp(patterns.CURSOR_PATTERN)],
+        metadata={
+            "description": "next_cursor of the previous page (opaque: only one handed out is valid).",
+            "pattern": patterns.CURSOR_PATTERN,
+        },
+    )
 
     def __init__(self, *, max_limit: int = 1000, **kwargs: Any) -> None:
         super().__init__(**kwargs)
