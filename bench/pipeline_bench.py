@@ -184,11 +184,12 @@ def measure_import(spark: Any, url: str, work: Path, rows: int) -> dict[str, flo
     plain = plain_copy(url, campaign)
     indexed = indexed_copy(url, campaign)
     _log(f"COPY of {rows:,} rows: {plain:.1f} s into a bare table, {indexed:.1f} s into an indexed one")
+    load = os.getloadavg()[0]
     with _timer() as imported:
         loaded = run_import(spark, url, str(campaign), principal="bench", rejects_path=str(work / "rejects.csv"))
     _log(f"import in {imported[0]:.1f} s: {loaded.counts}")
     assert loaded.counts["created"] == rows, loaded.counts
-    return {"import": imported[0], "plain": plain, "indexed": indexed}
+    return {"import": imported[0], "plain": plain, "indexed": indexed, "load": load}
 
 
 def import_lines(figures: dict[str, float], rows: int) -> list[str]:
@@ -206,8 +207,10 @@ def import_ratio(figures: dict[str, float]) -> str:
     return (
         f"The import runs at {figures['indexed'] / figures['import']:.2f}x the rate of the indexed COPY "
         f"({figures['plain'] / figures['import']:.2f}x of the bare one): it also checks every row with the API's "
-        "rules in Python, numbers the rows, finds duplicate keys, and writes through the open-key unique index, "
-        "the counters' triggers and one timeline entry per event."
+        "rules (as Spark SQL expressions on the JVM, Python only for the rows they do not vouch for), numbers the "
+        "rows, finds duplicate keys, and writes through the open-key unique index, the counters' triggers and one "
+        "timeline entry per event. The machine's load average when the import started was "
+        f"{figures['load']:.1f} on {os.cpu_count()} cores (other work shares them)."
     )
 
 
