@@ -113,6 +113,42 @@ def _check_columns(frame: DataFrame, default_queue: str | None) -> None:
         raise PipelineError(f"missing column(s): {', '.join(missing)}")
 
 
+def _fields(frame: DataFrame, queue: str | None) -> DataFrame:
+    """The file's columns as FIELDS (a missing one null), the queue defaulted to --queue."""
+    given = {c: F.col(c) for c in frame.columns}
+    queue_column = F.col("queue") if "queue" in given else F.lit(None).cast("string")
+    if queue:
+        queue_column = F.coalesce(F.when(queue_column != "", queue_column), F.lit(queue))
+    return frame.select(*[(given.get(f, F.lit(None).cast("string"))).alias(f) for f in FIELDS if f != "queue"],
+                        queue_column.alias("queue"))  # fmt: skip
+
+
+def check_only(
+    spark: SparkSession, path: str, *, queues: frozenset[str], max_data_bytes: int, partitions: int
+) -> tuple[int, int]:
+    """The import's Spark side alone, nothing written (for bench/pipeline_bench.py's profile): the
+    file read, numbered, spread by key and turned into the loader's lines. Returns (rows, rows the
+    JVM vouched for)."""
+    frame = read_input(spark, path)
+    _check_columns(frame, None)
+    numbered, _total = _numbered(spark, _fields(frame, None))
+    try:
+        lines = _as_lines(spark, _keyed(numbered, partitions), {"queues": queues, "max_data_bytes": max_data_bytes})
+        tallies = lines.mapPartitions(_tally).collect()
+    finally:
+        numbered.unpersist()
+    return sum(n for n, _ in tallies), sum(v for _, v in tallies)
+
+
+def _tally(lines: Iterable[str]) -> Iterator[tuple[int, int]]:
+    """A partition's (rows, rows the JVM vouched for)."""
+    rows = vouched = 0
+    for line in lines:
+        rows += 1
+        vouched += line[0] == plain_rows.PLAIN
+    yield rows, vouched
+
+
 def _numbered(spark: SparkSession, frame: DataFrame) -> tuple[DataFrame, int]:
     """The rows with `row`: their 1-based position in the input (cached: numbered once); the row count."""
     frame = frame.withColumn("_part", F.spark_partition_id()).withColumn("_mono", F.monotonically_increasing_id())
@@ -231,13 +267,7 @@ def run_import(
         "partitions": partitions or 2 * spark.sparkContext.defaultParallelism,
         "batch_rows": batch_rows,
     }
-    given = {c: F.col(c) for c in frame.columns}
-    queue_column = F.col("queue") if "queue" in given else F.lit(None).cast("string")
-    if queue:
-        queue_column = F.coalesce(F.when(queue_column != "", queue_column), F.lit(queue))
-    frame = frame.select(*[(given.get(f, F.lit(None).cast("string"))).alias(f) for f in FIELDS if f != "queue"],
-                         queue_column.alias("queue"))  # fmt: skip
-    numbered, total = _numbered(spark, frame)
+    numbered, total = _numbered(spark, _fields(frame, queue))
     with db.connect(url) as conn:
         queues = {str(row[0]) for row in conn.execute(db.q("import_queues")).fetchall()}
     checks: dict[str, Any] = {"queues": frozenset(queues), "max_data_bytes": max_data_bytes}
