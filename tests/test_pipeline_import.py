@@ -432,3 +432,32 @@ def test_the_jvm_vouches_only_for_rows_the_rules_accept(spark: Any) -> None:
     assert cases.index(dict(PLAIN_BASE, schedule_on="2030-01-01T09:00:00.5-03:30")) + 1 in vouched
     by_delay = {**{k: v for k, v in PLAIN_BASE.items() if k != "schedule_on"}, "delay_seconds": "3600"}
     assert cases.index(by_delay) + 1 in vouched
+
+
+@pytest.mark.usefixtures("queues")
+def test_rows_vouched_for_on_the_jvm_are_stored_as_the_rules_would_store_them(
+    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # each pair: a plain row (its COPY text built on the JVM) and one the JVM leaves to Python
+    rows = [
+        {"item_key": "back\\slash", "group_key": "g\\1", "schedule_on": "2030-01-01T09:00:00.5-03:30",
+         "data": ' {"d": "it\'s", "n": -5, "l": [1, true, null]} ', "max_attempts": "12"},
+        {"item_key": "back\\slash-py", "group_key": "g\\1", "schedule_on": "2030-01-01T09:00:00.5-03:30",
+         "data": ' {"d": "it\\u0027s", "n": -5, "l": [1, true, null]} ', "max_attempts": "12"},
+        {"item_key": "delayed", "delay_seconds": "0060", "data": "{}"},
+        {"item_key": "delayed-py", "delay_seconds": "60.0", "data": "{}"},
+    ]  # fmt: skip
+    result = do_import(spark, database_url, write_csv(tmp_path / "pairs.csv", rows), tmp_path)
+    assert result.counts["created"] == 4, result.counts
+    stored = {r[0]: r[1:] for r in raw.execute(
+        "SELECT item_key, group_key, schedule_on, data, max_attempts, schedule_on - enqueued_on FROM tickler_event_all"
+    )}  # fmt: skip
+    assert stored["back\\slash"] == stored["back\\slash-py"]
+    assert stored["back\\slash"][:4] == (
+        "g\\1",
+        datetime(2030, 1, 1, 12, 30, 0, 500000, tzinfo=UTC),
+        {"d": "it's", "n": -5, "l": [1, True, None]},
+        12,
+    )
+    assert stored["delayed"] == stored["delayed-py"]
+    assert stored["delayed"][4] == timedelta(seconds=60)
