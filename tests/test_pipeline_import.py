@@ -452,12 +452,13 @@ def test_rows_vouched_for_on_the_jvm_are_stored_as_the_rules_would_store_them(
     stored = {r[0]: r[1:] for r in raw.execute(
         "SELECT item_key, group_key, schedule_on, data, max_attempts, schedule_on - enqueued_on FROM tickler_event_all"
     )}  # fmt: skip
-    assert stored["back\\slash"] == stored["back\\slash-py"]
+    assert stored["back\\slash"][:4] == stored["back\\slash-py"][:4]  # the last: from each batch's clock
     assert stored["back\\slash"][:4] == (
         "g\\1",
         datetime(2030, 1, 1, 12, 30, 0, 500000, tzinfo=UTC),
         {"d": "it's", "n": -5, "l": [1, True, None]},
         12,
     )
-    assert stored["delayed"] == stored["delayed-py"]
+    without_clock = [(v[0], v[2], v[3], v[4]) for v in (stored["delayed"], stored["delayed-py"])]
+    assert without_clock[0] == without_clock[1]  # schedule_on: from each batch's clock
     assert stored["delayed"][4] == timedelta(seconds=60)
