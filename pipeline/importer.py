@@ -5,11 +5,12 @@ so the later rows of a key already seen are found without a second pass. The row
 Spark SQL expressions in the executors' JVM (pipeline.plain_rows): a row they vouch for arrives in
 Python as its line of COPY text, any other row as JSON for pipeline.validate.check_row, which
 decides it and spells the reason. Each partition then, batch by batch (one transaction each),
-COPYs the good rows into a temporary staging table and writes them with one statement through tickler_schedule(), the
-SQL function the API schedules through too (pipeline/queries.sql: import_write), which writes their
-timeline entries and wakes dispatchers. Each batch records itself, its counts and its rejects in the import ledger
-(migration 0013) in the same transaction: a batch already recorded is skipped, so a retried task or
-a rerun resumes, and the counts and the rejects file are read from the ledger.
+COPYs the good rows into a temporary staging table and writes them with one statement through
+tickler_schedule(), the SQL function the API schedules through too (pipeline/queries.sql:
+import_write), which writes their timeline entries and wakes dispatchers. Each batch records
+itself, its counts and its rejects in the import ledger (migration 0013) in the same transaction:
+a batch already recorded is skipped, so a retried task or a rerun resumes, and the counts and the
+rejects file are read from the ledger.
 """
 
 from __future__ import annotations

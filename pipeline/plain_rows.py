@@ -12,8 +12,8 @@ decides it and spells its reason. So every rejection, its message and its row nu
 from one place, and the expressions need only never vouch for a row that check_row refuses
 (tests/test_pipeline_import.py holds them to that on the awkward cases).
 
-Column handling is table-driven (PLAIN_WHEN_GIVEN, COPY_TEXT): a new import column needs a
-line in each, or none, and then goes by the Python path until it has one.
+Column handling is table-driven: a new import column (in validate.FIELDS and import_copy) goes
+by the Python path for every row until PLAIN_WHEN_GIVEN has an expression for it.
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ def _copy_text(name: str) -> Column:
     return F.when(given(name), F.regexp_replace(F.col(name), r"\\", r"\\\\")).otherwise(F.lit("\\N"))
 
 
-# Staging columns after `ord`, in pipeline/queries.sql's import_copy order.
+# The staging table's columns after `ord`, in the order of pipeline/queries.sql's import_copy,
+# which lists FIELDS in their order (check_row's values come in that order too).
 COPY_TEXT = FIELDS
 
 
