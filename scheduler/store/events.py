@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +19,7 @@ from tickler.scheduler.store import search
 from tickler.scheduler.store.archive import archived_history
 from tickler.scheduler.store.operations import EventOperations
 from tickler.scheduler.store.search import Matching
+from tickler.scheduler.tracing import TraceContext
 
 # tickler_schedule()'s outcomes for an item it wrote, and for one held under a lease.
 _WRITTEN = frozenset({Scheduled.CREATED, Scheduled.REPLACED, Scheduled.DEBOUNCED})
@@ -64,6 +65,19 @@ def _events_json(events: Sequence[NewEvent]) -> str:
     )
 
 
+def _keep_trace_contexts(conn: sa.Connection, ids: Sequence[int], traces: Sequence[TraceContext | None]) -> None:
+    kept = [(i, t) for i, t in zip(ids, traces, strict=True) if t is not None]
+    if kept:
+        conn.execute(
+            q("set_trace_context"),
+            {
+                "ids": [i for i, _ in kept],
+                "traceparents": [t.traceparent for _, t in kept],
+                "tracestates": [t.tracestate for _, t in kept],
+            },
+        )
+
+
 class EventStore(EventOperations):
     # -- scheduling -----------------------------------------------------------------------------
     # Every write of new events goes through one SQL function, tickler_schedule() (migration
@@ -78,6 +92,7 @@ class EventStore(EventOperations):
         on_conflict: str = OnConflict.REJECT,
         now: datetime | None = None,
         debounce_max_seconds: float | None = None,
+        trace: TraceContext | None = None,
     ) -> tuple[Event, str]:
         """Schedule one event; return it with its outcome (created, ignored, replaced, debounced).
 
@@ -87,11 +102,19 @@ class EventStore(EventOperations):
         params = self._params(queue, [event], actor, on_conflict, now, debounce_max_seconds)
         # One autocommit statement, one round trip. A lease that ran out makes its event
         # changeable: tickler_schedule() ends it (migration 0014).
-        with self.autocommit.connect() as conn:
-            row = conn.execute(q("schedule_one"), params).mappings().one()
+        if trace is None:
+            with self.autocommit.connect() as conn:
+                row = conn.execute(q("schedule_one"), params).mappings().one()
+        else:  # the trace context is written in the same transaction as the event
+            with self.engine.begin() as conn:
+                row = conn.execute(q("schedule_one"), params).mappings().one()
+                if row["scheduled"] in _WRITTEN:
+                    _keep_trace_contexts(conn, [row["id"]], [trace])
         found = Event.from_row(row)
         outcome = row["scheduled"]
         if outcome in _WRITTEN:
+            if trace is not None:
+                found = replace(found, traceparent=trace.traceparent, tracestate=trace.tracestate)
             return found, outcome
         if outcome == _IN_FLIGHT:
             raise InFlight("The open event with this key is in flight; it cannot be changed.", event=found)
@@ -108,14 +131,19 @@ class EventStore(EventOperations):
         on_conflict: str = OnConflict.REJECT,
         now: datetime | None = None,
         debounce_max_seconds: float | None = None,
+        traces: Sequence[TraceContext | None] | None = None,
     ) -> list[ScheduleResult]:
         """Schedule many events in one statement (keys must be distinct); one result per event, in order.
 
-        A key that was not written reports the id of the open event that holds it.
+        A key that was not written reports the id of the open event that holds it. `traces`:
+        each event's trace context (by position), kept with the events written.
         """
         params = self._params(queue, events, actor, on_conflict, now, debounce_max_seconds)
         with self.engine.begin() as conn:
             rows = conn.execute(q("schedule_many"), params).mappings().all()
+            if traces is not None and any(t is not None for t in traces):
+                written = [(row["id"], traces[row["ord"]]) for row in rows if row["outcome"] in _WRITTEN]
+                _keep_trace_contexts(conn, [i for i, _ in written], [t for _, t in written])
         refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
         return [
             ScheduleResult(row["item_key"], row["outcome"] if row["outcome"] in _WRITTEN else refused, row["id"])

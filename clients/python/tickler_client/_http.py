@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import requests
 
+from tickler_client._tracing import current_headers
 from tickler_client.errors import ServiceUnavailable, TransportError, error_for
 
 # Never wait longer than this between two tries, whatever Retry-After says: a caller blocked for
@@ -95,6 +96,9 @@ class Transport:
 
         `extra_wait` lengthens the read timeout for calls that wait on the server (long polls)."""
         tries = 1 + (self.retries if safe else 0)
+        traced = current_headers()  # the caller's trace context, when OpenTelemetry is installed
+        if traced:
+            headers = {**traced, **(headers or {})}
         for attempt in range(tries):
             last = attempt == tries - 1
             try:
