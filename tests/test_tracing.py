@@ -359,3 +359,32 @@ def test_tracing_off_emits_nothing_and_hands_the_context_on(
     assert otlp.requests == 0 and otlp.spans == []
     assert received.headers["traceparent"] == CLIENT_TRACEPARENT
     assert all("trace_id" not in e["details"] for e in entries)
+
+
+def test_each_schedule_occurrence_starts_a_trace_linked_to_the_change(
+    database_url: str, store: Store, otlp: OtlpReceiver, raw: Any
+) -> None:
+    admin_token = store.tokens.create("ops", is_admin=True)
+    token = store.tokens.create("signup-service", queues=["digests"])
+    with _serve(database_url, otlp) as url:
+        _put_queue(url, admin_token, "digests", {"mode": "pull"})
+        answer = requests.put(
+            f"{url}/v1/queues/digests/schedules/daily",
+            json={"cron": "0 9 * * *", "timezone": "Europe/Paris", "data": {}},
+            headers={"Authorization": f"Bearer {token}", "traceparent": CLIENT_TRACEPARENT},
+            timeout=10,
+        )
+        assert answer.status_code == 201, answer.text
+        [occurrence] = otlp.wait_named("create digests")
+
+    # A trace of its own (no parent), linked to the change that made the schedule.
+    assert occurrence.parent_span_id == "" and occurrence.trace_id != CLIENT_TRACEPARENT[3:35]
+    assert occurrence.links == [(CLIENT_TRACEPARENT[3:35], CLIENT_TRACEPARENT[36:52])]
+    assert occurrence.attributes["tickler.schedule_key"] == "daily"
+    [(key, traceparent)] = raw.execute(
+        "SELECT item_key, traceparent FROM tickler_event WHERE item_key LIKE 'daily@%'"
+    ).fetchall()
+    assert occurrence.attributes["tickler.item_key"] == key
+    assert traceparent[:53] == f"00-{occurrence.trace_id}-{occurrence.span_id}-"
+    [(kept,)] = raw.execute("SELECT traceparent FROM tickler_schedule WHERE schedule_key = 'daily'").fetchall()
+    assert kept == CLIENT_TRACEPARENT
