@@ -106,7 +106,12 @@ def test_claims_and_acks_use_their_indexes(
     ack = plan(
         raw,
         "ack_leases",
-        {"lease_ids": [lease.lease_id for lease in leases] + [str(uuid.uuid4())], "queues": None, "now": None},
+        {
+            "lease_ids": [lease.lease_id for lease in leases] + [str(uuid.uuid4())],
+            "queues": None,
+            "now": None,
+            "trace_ids": None,
+        },
     )
     assert "tickler_event_leased" in ack and '"Seq Scan"' not in ack
     groups = plan(raw, "lock_due_groups", {"queue": "emails", "limit": 10, "scan": 500, "now": None, "flow": False})
