@@ -388,3 +388,33 @@ def test_each_schedule_occurrence_starts_a_trace_linked_to_the_change(
     assert traceparent[:53] == f"00-{occurrence.trace_id}-{occurrence.span_id}-"
     [(kept,)] = raw.execute("SELECT traceparent FROM tickler_schedule WHERE schedule_key = 'daily'").fetchall()
     assert kept == CLIENT_TRACEPARENT
+
+
+def test_the_dashboard_links_an_attempts_trace(app: Any, client: Any, admin_token: str, token: str) -> None:
+    from tests.conftest import auth
+    from tests.test_ui import sign_in
+
+    client.put("/v1/queues/emails", json={"delivery": {"mode": "pull"}}, headers=auth(admin_token))
+    client.post("/v1/queues/emails/events", json={"item_key": "linked", "data": {}}, headers=auth(token))
+    [lease] = client.post("/v1/queues/emails/claims", json={"worker": "w"}, headers=auth(token)).json["leases"]
+    attempt = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    acked = client.post(f"/v1/leases/{lease['lease_id']}/ack", headers={**auth(token), "traceparent": attempt})
+    assert acked.status_code == 200
+    [delivered] = [
+        e
+        for e in client.get("/v1/queues/emails/events/linked/timeline", headers=auth(token)).json["entries"]
+        if e["action"] == "delivered"
+    ]
+    assert delivered["details"]["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
+
+    sign_in(client, admin_token)
+    previous = app.config.get("TICKLER_TRACE_URL_TEMPLATE")
+    try:
+        app.config["TICKLER_TRACE_URL_TEMPLATE"] = "http://jaeger.example:16686/trace/{trace_id}"
+        page = client.get("/ui/queues/emails/events/linked").get_data(as_text=True)
+        assert 'href="http://jaeger.example:16686/trace/0af7651916cd43dd8448eb211c80319c"' in page
+        app.config["TICKLER_TRACE_URL_TEMPLATE"] = ""
+        page = client.get("/ui/queues/emails/events/linked").get_data(as_text=True)
+        assert "0af7651916cd43dd8448eb211c80319c" in page and "jaeger.example" not in page
+    finally:
+        app.config["TICKLER_TRACE_URL_TEMPLATE"] = previous

@@ -10,7 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, Flask, render_template
 from werkzeug.exceptions import HTTPException
 
-from tickler.api.ui import actions, pages, session
+from tickler.api.ui import actions, pages, session, traces
 from tickler.scheduler.errors import Invalid, NotFound, TicklerError
 
 bp = Blueprint(
@@ -24,6 +24,7 @@ bp = Blueprint(
 session.install(bp)
 pages.install(bp)
 actions.install(bp)
+traces.install(bp)
 
 
 @bp.errorhandler(HTTPException)
@@ -53,5 +54,6 @@ def register(app: Flask) -> None:
     )
     if settings.secret_key:
         app.secret_key = settings.secret_key
+    traces.configure(app)
     app.session_interface = session.DashboardSessions()
     app.register_blueprint(bp)
