@@ -5,8 +5,9 @@ in the same run, the modes interleaved round by round.
     .venv/bin/python -m bench.tracing [--requests 4000] [--drain 5000] [--rounds 3]
 
 A fourth mode, tracing off and no `traceparent` sent, shows what keeping the callers' context
-with the event costs apart from tracing. Each mode runs `tickler serve` (API and dispatcher in one process) on a fresh database; every
-request carries a `traceparent`, as a traced caller's would. The exporter sends to a local
+with the event costs apart from tracing. Each mode runs `tickler serve` (API and dispatcher in one
+process) on a fresh database; in the other modes every request carries a `traceparent`, as a
+traced caller's would. The exporter sends to a local
 no-op receiver (the webhook one answers 204, which OTLP/HTTP takes as accepted).
 """
 
