@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -128,10 +129,15 @@ def _wanted() -> bool:
 
 def _resolve() -> Any:
     global _resolved, _tracer
+    if _resolved:  # the hot path: no lock once decided
+        return _tracer
     with _lock:
         if _resolved:
             return _tracer
         _resolved = True
+        if not _wanted() and "opentelemetry" not in sys.modules:
+            # Not asked for, and no program around us uses OpenTelemetry: not even imported.
+            return None
         try:
             from opentelemetry import trace
         except ImportError:

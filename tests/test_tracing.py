@@ -418,3 +418,43 @@ def test_the_dashboard_links_an_attempts_trace(app: Any, client: Any, admin_toke
         assert "0af7651916cd43dd8448eb211c80319c" in page and "jaeger.example" not in page
     finally:
         app.config["TICKLER_TRACE_URL_TEMPLATE"] = previous
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, "PYTHONPATH": str(ROOT), **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+SPANS_THEN_REPORT = """
+import sys
+from tickler.scheduler import tracing
+from tickler.scheduler.tracing import TraceContext
+parent = TraceContext.parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+with tracing.span("process", "q", parent=parent, active=True) as span:
+    span.set(tickler__attempt=1)
+    span.fail("boom")
+    assert span.context is None and tracing.current_headers() == {}
+tracing.record("settle", "q", 0, parent=parent)
+print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
+"""
+
+
+def test_off_never_imports_opentelemetry() -> None:
+    done = _python("import tickler.api, tickler.scheduler.dispatcher\n" + SPANS_THEN_REPORT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_asked_for_without_the_extra_installed_spans_are_no_ops() -> None:
+    # opentelemetry made unimportable, as in an installation without the `otel` extra
+    blocked = "import sys\nsys.modules['opentelemetry'] = None\n"
+    done = _python(blocked + SPANS_THEN_REPORT, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9")
+    assert done.returncode == 0, done.stderr
+    assert "tracing_unavailable" in done.stdout + done.stderr
