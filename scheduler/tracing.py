@@ -204,27 +204,35 @@ def _context_of(span: Any) -> TraceContext | None:
     return TraceContext(traceparent, state or None)
 
 
-def _otel_context(parent: TraceContext | None) -> Any:
-    """An OpenTelemetry Context holding `parent` as the remote parent (None: the current context)."""
-    if parent is None:
-        return None
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+def _span_context(found: TraceContext) -> Any:
+    """The OpenTelemetry SpanContext of a W3C context (already checked by TraceContext.parse):
+    built from its fields, cheaper than a propagator's extract on the delivery path."""
+    from opentelemetry import trace
 
-    return TraceContextTextMapPropagator().extract(parent.headers())
+    state = None
+    if found.tracestate:
+        state = trace.TraceState.from_header([found.tracestate])
+    return trace.SpanContext(
+        trace_id=int(found.traceparent[3:35], 16),
+        span_id=int(found.traceparent[36:52], 16),
+        is_remote=True,
+        trace_flags=trace.TraceFlags(int(found.traceparent[53:55], 16)),
+        trace_state=state,
+    )
+
+
+def _otel_context(parent: TraceContext) -> Any:
+    """An OpenTelemetry Context holding `parent` as the remote parent."""
+    from opentelemetry import trace
+
+    return trace.set_span_in_context(trace.NonRecordingSpan(_span_context(parent)))
 
 
 def _links(contexts: Sequence[TraceContext | None]) -> list[Any]:
     from opentelemetry import trace
 
-    links = []
-    # The SDK keeps 128 links a span by default: parse no more than that (a batch of 10,000).
-    for found in contexts[:128]:
-        if found is None:
-            continue
-        span_context = trace.get_current_span(_otel_context(found)).get_span_context()
-        if span_context.is_valid:
-            links.append(trace.Link(span_context))
-    return links
+    # The SDK keeps 128 links a span by default: build no more than that (a batch of 10,000).
+    return [trace.Link(_span_context(found)) for found in contexts[:128] if found is not None]
 
 
 _KINDS = {"create": "PRODUCER", "receive": "CONSUMER", "process": "CONSUMER", "settle": "CLIENT"}
@@ -262,19 +270,12 @@ def span(
         ctx = otel_context.Context()
     else:
         ctx = None
-    with (
-        tracer.start_as_current_span(
-            f"{operation} {queue}",
-            context=ctx,
-            kind=getattr(trace.SpanKind, _KINDS.get(operation, "INTERNAL")),
-            links=_links(links),
-            start_time=start_ns,
-            record_exception=True,
-            set_status_on_exception=True,
-        )
-        if active
-        else _started(tracer, f"{operation} {queue}", ctx, operation, links, start_ns) as otel_span
-    ):
+    name, kind = f"{operation} {queue}", getattr(trace.SpanKind, _KINDS.get(operation, "INTERNAL"))
+    if active:  # current inside the block: records an exception raised in it, and ends on exit
+        manager = tracer.start_as_current_span(name, context=ctx, kind=kind, links=_links(links), start_time=start_ns)
+    else:
+        manager = _started(tracer, name, ctx, kind, links, start_ns)
+    with manager as otel_span:
         handle = _OtelSpan(otel_span)
         handle.set(
             messaging__system=SYSTEM,
@@ -288,18 +289,12 @@ def span(
 
 @contextmanager
 def _started(
-    tracer: Any, name: str, ctx: Any, operation: str, links: Sequence[TraceContext | None], start_ns: int | None
+    tracer: Any, name: str, ctx: Any, kind: Any, links: Sequence[TraceContext | None], start_ns: int | None
 ) -> Iterator[Any]:
     """A span that is not made current (the calling thread's context stays as it was)."""
     from opentelemetry import trace
 
-    started = tracer.start_span(
-        name,
-        context=ctx,
-        kind=getattr(trace.SpanKind, _KINDS.get(operation, "INTERNAL")),
-        links=_links(links),
-        start_time=start_ns,
-    )
+    started = tracer.start_span(name, context=ctx, kind=kind, links=_links(links), start_time=start_ns)
     try:
         yield started
     except BaseException as error:
