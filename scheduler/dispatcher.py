@@ -17,6 +17,7 @@ import queue as queue_module
 import threading
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -301,16 +302,7 @@ class Dispatcher:
             outcome: Outcome
             # The attempt's span: current while delivering (a webhook request carries it, an
             # in-process handler runs inside it); a single event's continues its producer's trace.
-            producers = [TraceContext.of_row(e) for e in lease.events]
-            with tracing.span(
-                "process",
-                queue.name,
-                parent=producers[0] if len(producers) == 1 else None,
-                root=True,
-                links=producers,
-                active=True,
-                **_attempt_attributes(lease),
-            ) as attempt:
+            with _attempt_span(queue.name, lease) as attempt:
                 if deliverer is None:
                     outcome = Failed("no deliverer for this queue in this worker")
                 else:
@@ -338,6 +330,22 @@ class Dispatcher:
                 self._lock.notify_all()
             if crossed or self._in_flight.get(queue.name, 0) == 0:
                 self.listener.poke(queue.name)  # enough room for a claim again
+
+
+def _attempt_span(queue: str, lease: Lease) -> AbstractContextManager[tracing.Span]:
+    """The `process` span of a lease's attempt (nothing built when tracing is off)."""
+    if not tracing.enabled():
+        return tracing.noop()
+    producers = [TraceContext.of_row(e) for e in lease.events]
+    return tracing.span(
+        "process",
+        queue,
+        parent=producers[0] if len(producers) == 1 else None,
+        root=True,
+        links=producers,
+        active=True,
+        **_attempt_attributes(lease),
+    )
 
 
 def _attempt_attributes(lease: Lease) -> dict[str, Any]:

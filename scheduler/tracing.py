@@ -18,7 +18,7 @@ import re
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +92,11 @@ class Span:
 
 
 _NOOP = Span()
+
+
+def noop() -> AbstractContextManager[Span]:
+    """What span() gives when tracing is off, for callers that skip building its arguments."""
+    return nullcontext(_NOOP)
 
 
 class _OtelSpan(Span):
