@@ -32,3 +32,45 @@ CREATE VIEW tickler_event_all AS
 SELECT * FROM tickler_event
 UNION ALL
 SELECT * FROM tickler_event_history;
+
+-- tickler_schedule() and, for the events it wrote, the trace contexts their callers sent
+-- (p_traces: a JSON array by position, null where an item has none), in one statement: a traced
+-- call costs the API no more round trips than an untraced one. Same result rows (the events
+-- returned are as tickler_schedule wrote them, before their context is kept).
+CREATE FUNCTION tickler_schedule_traced(
+    p_queue text,
+    p_events jsonb,
+    p_actor text,
+    p_on_conflict text,
+    p_now timestamptz,
+    p_debounce_max_seconds double precision,
+    p_with_events boolean,
+    p_traces jsonb
+) RETURNS TABLE (ord bigint, item_key text, outcome text, id bigint, event tickler_event)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_row     record;
+    v_ids     bigint[] := '{}';
+    v_parents text[] := '{}';
+    v_states  text[] := '{}';
+BEGIN
+    FOR v_row IN
+        SELECT * FROM tickler_schedule(p_queue, p_events, p_actor, p_on_conflict, p_now, p_debounce_max_seconds,
+                                       p_with_events)
+    LOOP
+        IF v_row.outcome IN ('created', 'replaced', 'debounced')
+           AND p_traces -> (v_row.ord::integer) ->> 'traceparent' IS NOT NULL THEN
+            v_ids := v_ids || v_row.id;
+            v_parents := v_parents || (p_traces -> (v_row.ord::integer) ->> 'traceparent');
+            v_states := v_states || (p_traces -> (v_row.ord::integer) ->> 'tracestate');
+        END IF;
+        ord := v_row.ord; item_key := v_row.item_key; outcome := v_row.outcome; id := v_row.id;
+        event := v_row.event;
+        RETURN NEXT;
+    END LOOP;
+    UPDATE tickler_event AS e
+    SET traceparent = t.traceparent, tracestate = t.tracestate
+    FROM unnest(v_ids, v_parents, v_states) AS t (id, traceparent, tracestate)
+    WHERE e.id = t.id AND e.dequeued_on IS NULL;
+END
+$$;

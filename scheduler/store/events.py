@@ -65,17 +65,12 @@ def _events_json(events: Sequence[NewEvent]) -> str:
     )
 
 
-def _keep_trace_contexts(conn: sa.Connection, ids: Sequence[int], traces: Sequence[TraceContext | None]) -> None:
-    kept = [(i, t) for i, t in zip(ids, traces, strict=True) if t is not None]
-    if kept:
-        conn.execute(
-            q("set_trace_context"),
-            {
-                "ids": [i for i, _ in kept],
-                "traceparents": [t.traceparent for _, t in kept],
-                "tracestates": [t.tracestate for _, t in kept],
-            },
-        )
+def _traces_json(traces: Sequence[TraceContext | None]) -> str:
+    """Trace contexts by position, for tickler_schedule_traced() (null: the item has none)."""
+    return json.dumps(
+        [None if t is None else {"traceparent": t.traceparent, "tracestate": t.tracestate} for t in traces],
+        separators=(",", ":"),
+    )
 
 
 class EventStore(EventOperations):
@@ -102,14 +97,10 @@ class EventStore(EventOperations):
         params = self._params(queue, [event], actor, on_conflict, now, debounce_max_seconds)
         # One autocommit statement, one round trip. A lease that ran out makes its event
         # changeable: tickler_schedule() ends it (migration 0014).
-        if trace is None:
-            with self.autocommit.connect() as conn:
-                row = conn.execute(q("schedule_one"), params).mappings().one()
-        else:  # the trace context is written in the same transaction as the event
-            with self.engine.begin() as conn:
-                row = conn.execute(q("schedule_one"), params).mappings().one()
-                if row["scheduled"] in _WRITTEN:
-                    _keep_trace_contexts(conn, [row["id"]], [trace])
+        if trace is not None:  # kept with the event by the same statement
+            params["traces"] = _traces_json([trace])
+        with self.autocommit.connect() as conn:
+            row = conn.execute(q("schedule_one" if trace is None else "schedule_one_traced"), params).mappings().one()
         found = Event.from_row(row)
         outcome = row["scheduled"]
         if outcome in _WRITTEN:
@@ -139,11 +130,11 @@ class EventStore(EventOperations):
         each event's trace context (by position), kept with the events written.
         """
         params = self._params(queue, events, actor, on_conflict, now, debounce_max_seconds)
+        query = "schedule_many"
+        if traces is not None and any(t is not None for t in traces):
+            query, params["traces"] = "schedule_many_traced", _traces_json(traces)
         with self.engine.begin() as conn:
-            rows = conn.execute(q("schedule_many"), params).mappings().all()
-            if traces is not None and any(t is not None for t in traces):
-                written = [(row["id"], traces[row["ord"]]) for row in rows if row["outcome"] in _WRITTEN]
-                _keep_trace_contexts(conn, [i for i, _ in written], [t for _, t in written])
+            rows = conn.execute(q(query), params).mappings().all()
         refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
         return [
             ScheduleResult(row["item_key"], row["outcome"] if row["outcome"] in _WRITTEN else refused, row["id"])
