@@ -313,7 +313,7 @@ class Dispatcher:
                         outcome = Failed(f"{type(error).__name__}: {error}")
                 if isinstance(outcome, Delivered):
                     attempt.set(tickler__outcome="delivered")
-                else:
+                elif isinstance(outcome, (Failed, Dead)):  # not a deliverer's bug (no outcome at all)
                     kind = "dead" if isinstance(outcome, Dead) else "failed"
                     attempt.set(tickler__outcome=kind)
                     attempt.fail(outcome.error, kind)
