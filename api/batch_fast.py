@@ -15,6 +15,7 @@ from typing import Any
 
 from tickler.scheduler import rules
 from tickler.scheduler.models import NewEvent
+from tickler.scheduler.tracing import TraceContext
 
 _BODY_FIELDS = frozenset({"events", "on_conflict", "debounce_max_seconds"})
 # JSON escapes that could put a NUL or a lone surrogate into a string (jsonb refuses both).
@@ -52,6 +53,23 @@ def valid_batch(body: dict[str, Any], *, max_events: int) -> tuple[list[NewEvent
         seen.add(event.item_key)
         loaded.append(event)
     return loaded, on_conflict, debounce_max
+
+
+def take_item_traces(body: Any) -> list[TraceContext | None]:
+    """Take each batch item's own `traceparent`/`tracestate` out of it (SPEC §11), before the item
+    is checked: [] when no item has one. A malformed one is ignored, never refused."""
+    events = body.get("events") if isinstance(body, dict) else None
+    if type(events) is not list:
+        return []
+    traces: list[TraceContext | None] = []
+    found = False
+    for item in events:
+        if type(item) is dict and ("traceparent" in item or "tracestate" in item):
+            found = True
+            traces.append(TraceContext.parse(item.pop("traceparent", None), item.pop("tracestate", None)))
+        else:
+            traces.append(None)
+    return traces if found else []
 
 
 def data_is_certainly_storable(raw_body: bytes, max_event_data_bytes: int) -> bool:

@@ -10,7 +10,7 @@ from marshmallow import Schema
 from werkzeug.routing import BaseConverter
 
 from tickler.api import auth, context
-from tickler.api.batch_fast import data_is_certainly_storable, valid_batch
+from tickler.api.batch_fast import data_is_certainly_storable, take_item_traces, valid_batch
 from tickler.api.metrics import EVENTS_SCHEDULED
 from tickler.api.render import etag, event_json, timeline_json
 from tickler.api.schemas.events import (
@@ -21,13 +21,14 @@ from tickler.api.schemas.events import (
     ScheduleEventSchema,
     SearchArgsSchema,
 )
-from tickler.scheduler import rules
+from tickler.scheduler import rules, tracing
 from tickler.scheduler.errors import InFlight, Invalid, KeyConflict, TooLarge
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.states import ALL_STATUSES, Scheduled
 from tickler.scheduler.store import EventChanges, Matching, SearchFilter
 from tickler.scheduler.store.events import UNSET
 from tickler.scheduler.store.search import decode_cursor, encode_cursor
+from tickler.scheduler.tracing import TraceContext
 
 bp = Blueprint("events", __name__, url_prefix="/queues/<queue>/events")
 
@@ -81,18 +82,24 @@ def schedule(queue: str) -> Response:
     target = auth.visible_queue(queue)
     fields = _schedule_schema.load(context.json_body())
     _check_data(fields["data"], "data")
-    try:
-        event, outcome = context.store().events.schedule(
-            target,
-            NewEvent.of(fields),
-            actor=auth.principal().name,
-            on_conflict=fields["on_conflict"],
-            debounce_max_seconds=fields.get("debounce_max_seconds"),
-        )
-    except (KeyConflict, InFlight):
-        # Counted like a rejected item of a batch; the error handler answers 409.
-        EVENTS_SCHEDULED.labels(queue, Scheduled.REJECTED).inc()
-        raise
+    incoming = TraceContext.from_headers(request.headers)  # malformed: None (ignored, never refused)
+    with tracing.span("create", queue, parent=incoming, tickler__item_key=fields["item_key"]) as span:
+        try:
+            event, outcome = context.store().events.schedule(
+                target,
+                NewEvent.of(fields),
+                actor=auth.principal().name,
+                on_conflict=fields["on_conflict"],
+                debounce_max_seconds=fields.get("debounce_max_seconds"),
+                # traced here: the event keeps this span's context; else the caller's, as sent
+                trace=span.context or incoming,
+            )
+        except (KeyConflict, InFlight) as conflict:
+            # Counted like a rejected item of a batch; the error handler answers 409.
+            EVENTS_SCHEDULED.labels(queue, Scheduled.REJECTED).inc()
+            span.fail(str(conflict), type(conflict).__name__)
+            raise
+        span.set(messaging__message__id=str(event.id), tickler__outcome=outcome)
     EVENTS_SCHEDULED.labels(queue, outcome).inc()
     response = _event_response(event, 202 if outcome == Scheduled.CREATED else 200, outcome=outcome)
     response.headers["Location"] = url_for("v1.events.get_event", queue=queue, item_key=event.item_key)
@@ -104,6 +111,7 @@ def schedule_batch(queue: str) -> Response:
     target = auth.visible_queue(queue)
     settings = context.tickler().settings
     body = context.json_body()
+    item_traces = take_item_traces(body)
     fast = valid_batch(body, max_events=settings.max_batch_events)
     if fast is not None:
         events, on_conflict, debounce_max = fast
@@ -114,9 +122,23 @@ def schedule_batch(queue: str) -> Response:
     if not data_is_certainly_storable(request.get_data(cache=True), settings.max_event_data_bytes):
         for index, event in enumerate(events):
             _check_data(event.data, f"events[{index}].data")
-    results = context.store().events.schedule_batch(
-        target, events, actor=auth.principal().name, on_conflict=on_conflict, debounce_max_seconds=debounce_max
-    )
+    incoming = TraceContext.from_headers(request.headers)
+    with tracing.span(
+        "create", queue, parent=incoming, links=item_traces, messaging__batch__message_count=len(events)
+    ) as span:
+        # An item's own traceparent wins; the others take the request's (this span's, when traced).
+        request_trace = span.context or incoming
+        traces = [item_traces[i] or request_trace for i in range(len(events))] if item_traces else None
+        if traces is None and request_trace is not None:
+            traces = [request_trace] * len(events)
+        results = context.store().events.schedule_batch(
+            target,
+            events,
+            actor=auth.principal().name,
+            on_conflict=on_conflict,
+            debounce_max_seconds=debounce_max,
+            traces=traces,
+        )
     counts: dict[str, int] = {}
     for result in results:
         counts[result.outcome] = counts.get(result.outcome, 0) + 1

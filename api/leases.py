@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from tickler.api import auth, context
 from tickler.api.schemas.leases import AckManySchema, ClaimSchema, ExtendSchema, NackSchema
+from tickler.scheduler import tracing
 from tickler.scheduler.errors import Invalid, StaleLease
 from tickler.scheduler.models import lease_to_json
 from tickler.scheduler.rules import format_timestamp
 from tickler.scheduler.states import Status
+from tickler.scheduler.tracing import TraceContext
 from tickler.scheduler.waiting import PullClaims
 
 claims_bp = Blueprint("claims", __name__, url_prefix="/queues/<queue>/claims")
@@ -32,6 +35,7 @@ def claim(queue: str) -> Response:
         message = f"Must be less than or equal to {longest:g} (TICKLER_MAX_WAIT_SECONDS)."
         raise Invalid("The request is not valid.", errors={"wait_seconds": [message]})
     pull: PullClaims = current_app.extensions["tickler.pull"]
+    started = time.time_ns()
     leases = pull.claim(
         target,
         worker=f"{auth.principal().name}/{fields['worker']}",
@@ -39,7 +43,38 @@ def claim(queue: str) -> Response:
         lease_seconds=fields.get("lease_seconds"),
         wait_seconds=fields["wait_seconds"],
     )
+    if leases:  # the claim's `receive` span: in the consumer's trace, linked to the producers
+        producers = [TraceContext.of_row(e) for lease in leases for e in lease.events]
+        tracing.record(
+            "receive",
+            queue,
+            started,
+            parent=TraceContext.from_headers(request.headers),
+            links=producers,
+            messaging__batch__message_count=len(producers),
+            messaging__consumer__group__name=fields["worker"],
+        )
     return jsonify({"leases": [lease_to_json(lease) for lease in leases]})
+
+
+def _settle(lease_id: str, queue: str | None, started: int, outcome: str, error: str | None = None) -> None:
+    """The `settle` span of a pull consumer's ack or nack, in the consumer's trace (tracing on)."""
+    tracing.record(
+        "settle",
+        queue or "",
+        started,
+        parent=TraceContext.from_headers(request.headers),
+        error=error,
+        error_type=outcome,
+        tickler__lease_id=lease_id,
+        tickler__outcome=outcome,
+    )
+
+
+def _trace_id() -> str | None:
+    """The trace of the consumer's attempt, sent with its ack or nack: kept in the timeline."""
+    found = TraceContext.from_headers(request.headers)
+    return found.trace_id if found is not None else None
 
 
 def _canonical(lease_id: str) -> str:
@@ -83,11 +118,13 @@ def _allowed_queues() -> list[str] | None:
 @leases_bp.post("/<lease_id>/ack")
 def ack(lease_id: str) -> Response:
     lease_id = _canonical(lease_id)
+    started = time.time_ns()
     # One statement: the caller's queues are checked inside the ack itself.
     try:
-        context.store().leases.ack_one(lease_id, queues=_allowed_queues())
+        queue = context.store().leases.ack_one(lease_id, queues=_allowed_queues(), trace_id=_trace_id())
     except StaleLease:
         raise _stale(lease_id) from None
+    _settle(lease_id, queue, started, Status.DELIVERED)
     return jsonify({"lease_id": lease_id, "status": Status.DELIVERED})
 
 
@@ -96,7 +133,10 @@ def ack_many() -> Response:
     """Ack up to 1,000 leases in one request and one statement; each answers delivered or stale."""
     fields = _ack_many_schema.load(context.json_body())
     lease_ids = list(dict.fromkeys(str(lease_id) for lease_id in fields["lease_ids"]))
-    done = context.store().leases.ack(lease_ids, queues=_allowed_queues())
+    trace_id = _trace_id()
+    done = context.store().leases.ack(
+        lease_ids, queues=_allowed_queues(), trace_ids=dict.fromkeys(lease_ids, trace_id) if trace_id else None
+    )
     results = [{"lease_id": i, "status": Status.DELIVERED if i in done else "stale"} for i in lease_ids]
     return jsonify({"results": results})
 
@@ -104,11 +144,17 @@ def ack_many() -> Response:
 @leases_bp.post("/<lease_id>/nack")
 def nack(lease_id: str) -> Response:
     lease_id = _canonical(lease_id)
-    _live_lease_queue(lease_id)
+    queue = _live_lease_queue(lease_id)
     fields = _nack_schema.load(context.json_body())
+    started = time.time_ns()
     result = context.store().leases.nack(
-        lease_id, error=fields["error"], retry_in_seconds=fields.get("retry_in_seconds"), dead=fields["dead"]
+        lease_id,
+        error=fields["error"],
+        retry_in_seconds=fields.get("retry_in_seconds"),
+        dead=fields["dead"],
+        trace_id=_trace_id(),
     )
+    _settle(lease_id, queue, started, Status.DEAD if result.dead else "failed", fields["error"])
     return jsonify(
         {
             "lease_id": lease_id,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, jsonify, request
 from marshmallow import ValidationError
 
 from tickler.api import auth, context
@@ -10,6 +10,7 @@ from tickler.api.schemas.schedules import ListSchedulesArgsSchema, PutScheduleSc
 from tickler.scheduler import rules
 from tickler.scheduler.errors import Invalid, NotFound, TooLarge
 from tickler.scheduler.store.schedules import ScheduleSpec, schedule_to_json
+from tickler.scheduler.tracing import TraceContext
 
 bp = Blueprint("schedules", __name__, url_prefix="/queues/<queue>/schedules")
 
@@ -46,7 +47,14 @@ def put_schedule(queue: str, schedule_key: str) -> Response:
         catch_up=fields["catch_up"],
         paused=fields["paused"],
     )
-    schedule, created = context.store().schedules.put(queue, schedule_key, spec, actor=auth.principal().name)
+    schedule, created = context.store().schedules.put(
+        queue,
+        schedule_key,
+        spec,
+        actor=auth.principal().name,
+        # kept as the schedule's last change: each occurrence's trace links to it (SPEC §11)
+        trace=TraceContext.from_headers(request.headers),
+    )
     response = jsonify(schedule_to_json(schedule))
     response.status_code = 201 if created else 200
     return response

@@ -17,20 +17,23 @@ import queue as queue_module
 import threading
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from tickler.config import WorkerSettings
-from tickler.scheduler import history, metrics, recurring
+from tickler.scheduler import history, metrics, recurring, tracing
 from tickler.scheduler.db import unavailable_reason
-from tickler.scheduler.delivery import Deliverer, Failed, Outcome
+from tickler.scheduler.delivery import Dead, Delivered, Deliverer, Failed, Outcome
 from tickler.scheduler.finisher import Finisher
 from tickler.scheduler.lease_keeper import LeaseKeeper
 from tickler.scheduler.models import Lease, Queue
 from tickler.scheduler.store import Store
+from tickler.scheduler.tracing import TraceContext
 from tickler.scheduler.waiting import Round, WorkWaiter
 from tickler.scheduler.wakeup import WakeupListener
 
@@ -220,6 +223,7 @@ class Dispatcher:
                         busy = self._in_flight.get(queue.name, 0) > 0
                     if free <= 0 or (busy and free < self._claim_threshold):
                         continue  # a delivery finishing will wake this loop
+                    claim_started = time.time_ns()
                     claim = self.store.leases.claim_within_limits(
                         queue,
                         worker=self.config.worker_name,
@@ -229,6 +233,7 @@ class Dispatcher:
                     groups_first = not groups_first
                     done.add(queue.name, claim)
                     if claim.leases:
+                        _trace_claim(queue.name, claim.leases, claim_started)
                         # A limited queue's claim read its settings in its own snapshot: fresher.
                         self._submit(claim.queue or queue, claim.leases)
                 failures = 0
@@ -295,15 +300,24 @@ class Dispatcher:
                     metrics.LATENESS.labels(queue.name).observe(max(0.0, lateness))
             deliverer = self._deliverer(queue)
             outcome: Outcome
-            if deliverer is None:
-                outcome = Failed("no deliverer for this queue in this worker")
-            else:
-                try:
-                    outcome = deliverer.deliver(queue, lease)
-                except Exception as error:  # a deliverer's own bug must not lose the lease
-                    log.exception("deliverer_error", queue=queue.name)
-                    outcome = Failed(f"{type(error).__name__}: {error}")
-            self.finisher.put(queue.name, lease, outcome)
+            # The attempt's span: current while delivering (a webhook request carries it, an
+            # in-process handler runs inside it); a single event's continues its producer's trace.
+            with _attempt_span(queue.name, lease) as attempt:
+                if deliverer is None:
+                    outcome = Failed("no deliverer for this queue in this worker")
+                else:
+                    try:
+                        outcome = deliverer.deliver(queue, lease)
+                    except Exception as error:  # a deliverer's own bug must not lose the lease
+                        log.exception("deliverer_error", queue=queue.name)
+                        outcome = Failed(f"{type(error).__name__}: {error}")
+                if isinstance(outcome, Delivered):
+                    attempt.set(tickler__outcome="delivered")
+                elif isinstance(outcome, (Failed, Dead)):  # not a deliverer's bug (no outcome at all)
+                    kind = "dead" if isinstance(outcome, Dead) else "failed"
+                    attempt.set(tickler__outcome=kind)
+                    attempt.fail(outcome.error, kind)
+            self.finisher.put(queue.name, lease, outcome, attempt.context)
         finally:
             self.keeper.untrack(lease.lease_id)
             with self._lock:
@@ -316,3 +330,47 @@ class Dispatcher:
                 self._lock.notify_all()
             if crossed or self._in_flight.get(queue.name, 0) == 0:
                 self.listener.poke(queue.name)  # enough room for a claim again
+
+
+def _attempt_span(queue: str, lease: Lease) -> AbstractContextManager[tracing.Span]:
+    """The `process` span of a lease's attempt (nothing built when tracing is off)."""
+    if not tracing.enabled():
+        return tracing.noop()
+    producers = [TraceContext.of_row(e) for e in lease.events]
+    return tracing.span(
+        "process",
+        queue,
+        parent=producers[0] if len(producers) == 1 else None,
+        root=True,
+        links=producers,
+        active=True,
+        **_attempt_attributes(lease),
+    )
+
+
+def _attempt_attributes(lease: Lease) -> dict[str, Any]:
+    """What a span says about a lease's attempt (messaging conventions; tickler.* for the rest)."""
+    first = lease.events[0]
+    found: dict[str, Any] = {
+        "messaging__batch__message_count": len(lease.events) if len(lease.events) > 1 else None,
+        "messaging__consumer__group__name": lease.claimed_by,
+        "tickler__lease_id": lease.lease_id,
+        "tickler__group_key": lease.group_key,
+    }
+    if len(lease.events) == 1:
+        found.update(
+            messaging__message__id=str(first.id),
+            tickler__item_key=first.item_key,
+            tickler__attempt=first.redeliver_count + 1,
+        )
+    return found
+
+
+def _trace_claim(queue: str, leases: list[Lease], started_ns: int) -> None:
+    """The claim's `receive` span (tracing on), linked to the producers of what it claimed."""
+    if not tracing.enabled():
+        return
+    producers = [TraceContext.of_row(e) for lease in leases for e in lease.events]
+    tracing.record(
+        "receive", queue, started_ns, root=True, links=producers, messaging__batch__message_count=len(producers)
+    )

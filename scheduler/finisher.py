@@ -11,11 +11,13 @@ from datetime import datetime
 
 import structlog
 
+from tickler.scheduler import tracing
 from tickler.scheduler.db import unavailable_reason
 from tickler.scheduler.delivery import Dead, Delivered, Failed, Outcome
 from tickler.scheduler.errors import StaleLease
 from tickler.scheduler.models import Lease
 from tickler.scheduler.store import Store
+from tickler.scheduler.tracing import TraceContext
 
 log = structlog.get_logger(__name__)
 
@@ -28,6 +30,7 @@ class Done:
     queue: str
     lease: Lease
     outcome: Outcome
+    trace: TraceContext | None = None  # the attempt's span (tracing on)
 
 
 _STOP = Done("", Lease("", "", None, datetime.min, "", ()), Delivered())
@@ -42,8 +45,8 @@ class Finisher:
     def start(self) -> None:
         self._thread.start()
 
-    def put(self, queue: str, lease: Lease, outcome: Outcome) -> None:
-        self._done.put(Done(queue, lease, outcome))
+    def put(self, queue: str, lease: Lease, outcome: Outcome, trace: TraceContext | None = None) -> None:
+        self._done.put(Done(queue, lease, outcome, trace))
 
     def stop(self, timeout: float) -> None:
         """Record what is still waiting (retrying a database that is away a few times), then end."""
@@ -96,21 +99,48 @@ class Finisher:
     def _finish(self, done: list[Done]) -> None:
         acks = [d for d in done if isinstance(d.outcome, Delivered)]
         if acks:
-            live = self.store.leases.ack([d.lease.lease_id for d in acks])
+            started = time.time_ns()
+            trace_ids = {d.lease.lease_id: d.trace.trace_id for d in acks if d.trace is not None}
+            live = self.store.leases.ack([d.lease.lease_id for d in acks], trace_ids=trace_ids)
             for d in acks:
-                if d.lease.lease_id not in live:
+                stale = d.lease.lease_id not in live
+                if stale:
                     log.warning("ack_of_stale_lease", queue=d.queue, lease_id=d.lease.lease_id)
+                if d.trace is not None:
+                    tracing.record(
+                        "settle",
+                        d.queue,
+                        started,
+                        parent=d.trace,
+                        error="the lease expired before its ack" if stale else None,
+                        error_type="stale_lease",
+                        messaging__operation__name="ack",
+                        tickler__lease_id=d.lease.lease_id,
+                        tickler__outcome="delivered",
+                    )
         for d in done:
             if isinstance(d.outcome, Delivered):
                 continue
             assert isinstance(d.outcome, (Failed, Dead))
+            started = time.time_ns()
             try:
                 result = self.store.leases.nack(
                     d.lease.lease_id,
                     error=d.outcome.error,
                     retry_in_seconds=d.outcome.retry_in_seconds if isinstance(d.outcome, Failed) else None,
                     dead=isinstance(d.outcome, Dead),
+                    trace_id=d.trace.trace_id if d.trace is not None else None,
                 )
+                if d.trace is not None:
+                    tracing.record(
+                        "settle",
+                        d.queue,
+                        started,
+                        parent=d.trace,
+                        messaging__operation__name="nack",
+                        tickler__lease_id=d.lease.lease_id,
+                        tickler__outcome="dead" if result.dead else "failed",
+                    )
                 # A failed attempt is a warning; the one that makes the events dead is an error,
                 # the line an operator is paged for. Both name the keys, which people search by.
                 (log.error if result.dead else log.warning)(

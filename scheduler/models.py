@@ -31,6 +31,9 @@ class Event:
     version: int
     lease_id: str | None = None
     lease_expires_on: datetime | None = None
+    # The W3C trace context its producer sent (SPEC §11); shown only in pull claims.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Event:
@@ -54,6 +57,9 @@ class Event:
             version=row["version"],
             lease_id=str(row["lease_id"]) if row["lease_id"] is not None else None,
             lease_expires_on=row["lease_expires_on"],
+            # .get: a row read before migration 0040 ran, or a query that does not select them
+            traceparent=row.get("traceparent"),
+            tracestate=row.get("tracestate"),
         )
 
 
@@ -156,8 +162,11 @@ class Lease:
     events: tuple[Event, ...]
 
 
-# What every interface shows of an event: all but its lease (a lease has a JSON of its own).
-EVENT_JSON_FIELDS = tuple(f.name for f in fields(Event) if f.name not in ("lease_id", "lease_expires_on"))
+# What every interface shows of an event: all but its lease (a lease has a JSON of its own) and
+# its trace context (a pull claim adds it, see lease_to_json; a webhook sends it as a header).
+EVENT_JSON_FIELDS = tuple(
+    f.name for f in fields(Event) if f.name not in ("lease_id", "lease_expires_on", "traceparent", "tracestate")
+)
 
 
 def event_to_json(event: Event) -> dict[str, Any]:
@@ -174,5 +183,14 @@ def lease_to_json(lease: Lease) -> dict[str, Any]:
         "lease_id": lease.lease_id,
         "expires_at": format_timestamp(lease.expires_at),
         "group_key": lease.group_key,
-        "events": [event_to_json(e) for e in lease.events],
+        "events": [_with_trace_context(event_to_json(e), e) for e in lease.events],
     }
+
+
+def _with_trace_context(found: dict[str, Any], event: Event) -> dict[str, Any]:
+    """A claimed event as a pull consumer sees it: with its producer's trace context, if it has one."""
+    if event.traceparent is not None:
+        found["traceparent"] = event.traceparent
+        if event.tracestate is not None:
+            found["tracestate"] = event.tracestate
+    return found

@@ -28,6 +28,20 @@ SELECT r.ord, r.item_key, r.outcome, r.id
 FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
                       CAST(:debounce_max_seconds AS double precision)) AS r;
 
+-- name: schedule_one_traced
+-- schedule_one, keeping the caller's trace context with the event written (migration 0040).
+SELECT r.outcome AS scheduled, (r.event).*,
+       tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
+           AS status
+FROM tickler_schedule_traced(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
+                             CAST(:debounce_max_seconds AS double precision), true, CAST(:traces AS jsonb)) AS r;
+
+-- name: schedule_many_traced
+-- schedule_many, keeping each item's trace context with the event written (migration 0040).
+SELECT r.ord, r.item_key, r.outcome, r.id
+FROM tickler_schedule_traced(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
+                             CAST(:debounce_max_seconds AS double precision), false, CAST(:traces AS jsonb)) AS r;
+
 -- name: get_open_event
 -- The open event of a key, if any.
 SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status
@@ -516,22 +530,28 @@ finished AS (
     RETURNING e.id, e.queue, e.item_key, e.group_key, e.schedule_on, e.data, e.enqueued_on, e.enqueued_by,
               clock.now AS dequeued_on, e.claimed_by AS dequeued_by, 'delivered' AS outcome, e.claimed_on,
               e.claimed_by, e.lease_id, e.lease_expires_on, e.redeliver_count, e.max_attempts, e.last_error,
-              e.version + 1 AS version, e.claimed_expires_on
+              e.version + 1 AS version, e.claimed_expires_on,
+              e.traceparent, e.tracestate
 ),
 moved AS (
     INSERT INTO tickler_event_history (
         id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
         outcome, claimed_on, claimed_by, lease_id, lease_expires_on, redeliver_count, max_attempts, last_error,
-        version, claimed_expires_on)
+        version, claimed_expires_on,
+        traceparent, tracestate)
     SELECT id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
            outcome, claimed_on, claimed_by, lease_id, lease_expires_on, redeliver_count, max_attempts, last_error,
-           version, claimed_expires_on
+           version, claimed_expires_on,
+           traceparent, tracestate
     FROM finished
 ),
 logged AS (
     INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
     SELECT queue, item_key, id, dequeued_on, 'delivered', dequeued_by, schedule_on,
-           tickler_with_claim(jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1),
+           -- :trace_ids (SPEC §11): {lease_id: the trace id of the attempt}, or NULL (tracing off)
+           tickler_with_claim(jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1)
+                              || jsonb_strip_nulls(jsonb_build_object(
+                                     'trace_id', CAST(:trace_ids AS jsonb) ->> CAST(lease_id AS text))),
                               dequeued_on, dequeued_by, schedule_on, claimed_on, claimed_by, claimed_expires_on,
                               lease_id, redeliver_count + 1, group_key, schedule_on)
     FROM finished
@@ -586,6 +606,7 @@ logged AS (
            tickler_with_claim(jsonb_strip_nulls(jsonb_build_object(
                'lease_id', c.old_lease_id,
                'attempt', c.redeliver_count,
+               'trace_id', CAST(:trace_id AS text),  -- the attempt's trace (SPEC §11), when traced
                'error', c.last_error,
                'retry_at', CASE WHEN c.is_dead THEN NULL ELSE c.schedule_on END,
                'reason', CASE WHEN NOT c.is_dead THEN NULL
@@ -670,3 +691,12 @@ RETURNING id, principal, is_admin, queues, created_on, revoked_on, token_hash
 dropped AS (SELECT pg_notify('tickler_cache', 'token:' || encode(token_hash, 'hex')) FROM revoked)
 SELECT id, principal, is_admin, queues, created_on, revoked_on
 FROM revoked CROSS JOIN (SELECT count(*) AS notified FROM dropped) AS d;
+
+-- name: set_trace_context
+-- Keep the W3C trace context callers sent with the events just written (SPEC §11), in the same
+-- transaction as the write: run only when a call carried one, so untraced scheduling pays nothing.
+UPDATE tickler_event AS e
+SET traceparent = t.traceparent, tracestate = t.tracestate
+FROM unnest(CAST(:ids AS bigint[]), CAST(:traceparents AS text[]), CAST(:tracestates AS text[]))
+     AS t (id, traceparent, tracestate)
+WHERE e.id = t.id AND e.dequeued_on IS NULL;

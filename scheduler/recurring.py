@@ -16,13 +16,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 import structlog
 
-from tickler.scheduler import cron
+from tickler.scheduler import cron, tracing
 from tickler.scheduler.rules import format_timestamp
 from tickler.scheduler.sql import q
+from tickler.scheduler.tracing import TraceContext
 
 log = structlog.get_logger(__name__)
 
@@ -116,8 +118,39 @@ def _enqueue(conn: sa.Connection, schedule: sa.RowMapping, occurrences: list[dat
             "debounce_max_seconds": None,
         },
     ).all()
+    if tracing.enabled():
+        _trace_occurrences(conn, schedule, [row for row in rows if row.outcome == "created"])
     # A key already open (someone scheduled that exact key by hand) keeps its event.
     return sum(1 for row in rows if row.outcome == "created")
+
+
+def _trace_occurrences(conn: sa.Connection, schedule: sa.RowMapping, created: list[sa.Row[Any]]) -> None:
+    """Each occurrence starts a trace of its own (a `create` span), linked to the schedule's last
+    change; the event keeps that span's context, as an event scheduled over HTTP keeps its own."""
+    change = TraceContext.parse(schedule.get("traceparent"), schedule.get("tracestate"))
+    ids, traces = [], []
+    for row in created:
+        with tracing.span(
+            "create",
+            schedule["queue"],
+            root=True,
+            links=[change],
+            messaging__message__id=str(row.id),
+            tickler__item_key=row.item_key,
+            tickler__schedule_key=schedule["schedule_key"],
+        ) as span:
+            if span.context is not None:
+                ids.append(row.id)
+                traces.append(span.context)
+    if ids:
+        conn.execute(
+            q("set_trace_context"),
+            {
+                "ids": ids,
+                "traceparents": [t.traceparent for t in traces],
+                "tracestates": [t.tracestate for t in traces],
+            },
+        )
 
 
 def _move(

@@ -85,3 +85,10 @@ FROM tickler_schedule AS s
 WHERE s.queue = :name
 ORDER BY s.schedule_key;
 
+
+-- name: set_schedule_trace
+-- The W3C trace context of a schedule's last change (SPEC §11): each occurrence's own trace links
+-- to it. Run only when the change carried one or the schedule holds one (untraced: no write).
+UPDATE tickler_schedule
+SET traceparent = :traceparent, tracestate = :tracestate
+WHERE queue = :queue AND schedule_key = :schedule_key;

@@ -106,7 +106,12 @@ def test_claims_and_acks_use_their_indexes(
     ack = plan(
         raw,
         "ack_leases",
-        {"lease_ids": [lease.lease_id for lease in leases] + [str(uuid.uuid4())], "queues": None, "now": None},
+        {
+            "lease_ids": [lease.lease_id for lease in leases] + [str(uuid.uuid4())],
+            "queues": None,
+            "now": None,
+            "trace_ids": None,
+        },
     )
     assert "tickler_event_leased" in ack and '"Seq Scan"' not in ack
     # Why a lease is stale (the 409's lease_status) is read on the same index, never by scan.

@@ -185,12 +185,11 @@ def test_upgrade_keeps_every_event_and_timeline_entry_while_a_worker_delivers(
     worker = threading.Thread(target=previous_worker)
     worker.start()
     wait_until(lambda: len(delivered) >= 20 or errors, what="the worker delivering before the upgrade")
-    applied = migrate(url)
-    # the storage upgrade (0021) first, then whatever later releases added
-    versions = [m.version for m in applied]
-    assert versions[:1] == [21] and all(v > 21 for v in versions[1:])
+    applied = migrate(url, through=21)
+    assert [m.version for m in applied] == [21]
     worker.join(timeout=60)
     assert not errors and not worker.is_alive()
+    migrate(url)  # the later releases' migrations, before their workers start
     busy_rows = raw.execute(
         "SELECT item_key, outcome FROM tickler_event_history WHERE queue = 'busy' ORDER BY item_key"
     ).fetchall()
@@ -204,9 +203,11 @@ def test_upgrade_keeps_every_event_and_timeline_entry_while_a_worker_delivers(
     assert len(handled) == 1
 
     # Every event and timeline entry of before, byte for byte, open ones in tickler_event.
-    after_rows = [r for r in rows(raw, "tickler_event_all") if r[1] != "busy"]
+    # (The columns of before; later releases' migrations add columns after them.)
+    width = len(before_rows[0])
+    after_rows = [r[:width] for r in rows(raw, "tickler_event_all") if r[1] != "busy"]
     assert after_rows == before_rows
-    assert [r for r in rows(raw, "tickler_event") if r[1] != "busy"] == [r for r in before_rows if r[8] is None]
+    assert [r[:width] for r in rows(raw, "tickler_event") if r[1] != "busy"] == [r for r in before_rows if r[8] is None]
     after_timeline = [r for r in raw.execute("SELECT * FROM tickler_timeline ORDER BY id") if r[1] != "busy"]
     assert after_timeline == before_timeline
     after = readable(store, keys, now)

@@ -68,6 +68,7 @@ _DETAIL_LABELS = (
     ("retry_at", "retry at"),
     ("reason", "reason"),
     ("changed", "changed"),
+    ("trace_id", "trace"),  # the template links it to TICKLER_TRACE_URL_TEMPLATE's page
 )
 
 

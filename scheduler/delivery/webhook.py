@@ -15,9 +15,11 @@ import time
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
+from tickler.scheduler import tracing
 from tickler.scheduler.delivery import Dead, Delivered, Failed, Outcome
 from tickler.scheduler.delivery.signing import signature_header
 from tickler.scheduler.models import Lease, Queue, event_to_json
+from tickler.scheduler.tracing import TraceContext
 
 MAX_ERROR_LENGTH = 500
 # How much of a receiver's answer is read (the first 200 bytes go into last_error).
@@ -56,6 +58,17 @@ def retry_after_seconds(value: str | None, now: float) -> float | None:
 # on an open keep-alive connection never wait here: against a capable receiver the connections
 # open 4 at a time (a ramp of a few milliseconds) and are then reused without limit.
 NEW_CONNECTIONS_PER_RECEIVER = 4
+
+
+def _trace_headers(lease: Lease) -> dict[str, str]:
+    """The attempt's `traceparent` (tracing on: the current span); tracing off, a single event's
+    producer context is handed on as it came, so the receiver still joins the producer's trace."""
+    found = tracing.current_headers()
+    if not found and len(lease.events) == 1:
+        producer = TraceContext.of_row(lease.events[0])
+        if producer is not None:
+            found = producer.headers()
+    return found
 
 
 class WebhookDeliverer:
@@ -119,6 +132,7 @@ class WebhookDeliverer:
             "webhook-id": msg_id,
             "webhook-timestamp": str(now),
             "webhook-signature": signature_header(secrets, msg_id, now, body),
+            **_trace_headers(lease),
         }
         url = urlsplit(queue.webhook_url)
         target = url.path or "/"

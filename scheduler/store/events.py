@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +19,7 @@ from tickler.scheduler.store import search
 from tickler.scheduler.store.archive import archived_history
 from tickler.scheduler.store.operations import EventOperations
 from tickler.scheduler.store.search import Matching
+from tickler.scheduler.tracing import TraceContext
 
 # tickler_schedule()'s outcomes for an item it wrote, and for one held under a lease.
 _WRITTEN = frozenset({Scheduled.CREATED, Scheduled.REPLACED, Scheduled.DEBOUNCED})
@@ -64,6 +65,14 @@ def _events_json(events: Sequence[NewEvent]) -> str:
     )
 
 
+def _traces_json(traces: Sequence[TraceContext | None]) -> str:
+    """Trace contexts by position, for tickler_schedule_traced() (null: the item has none)."""
+    return json.dumps(
+        [None if t is None else {"traceparent": t.traceparent, "tracestate": t.tracestate} for t in traces],
+        separators=(",", ":"),
+    )
+
+
 class EventStore(EventOperations):
     # -- scheduling -----------------------------------------------------------------------------
     # Every write of new events goes through one SQL function, tickler_schedule() (migration
@@ -78,6 +87,7 @@ class EventStore(EventOperations):
         on_conflict: str = OnConflict.REJECT,
         now: datetime | None = None,
         debounce_max_seconds: float | None = None,
+        trace: TraceContext | None = None,
     ) -> tuple[Event, str]:
         """Schedule one event; return it with its outcome (created, ignored, replaced, debounced).
 
@@ -87,11 +97,15 @@ class EventStore(EventOperations):
         params = self._params(queue, [event], actor, on_conflict, now, debounce_max_seconds)
         # One autocommit statement, one round trip. A lease that ran out makes its event
         # changeable: tickler_schedule() ends it (migration 0014).
+        if trace is not None:  # kept with the event by the same statement
+            params["traces"] = _traces_json([trace])
         with self.autocommit.connect() as conn:
-            row = conn.execute(q("schedule_one"), params).mappings().one()
+            row = conn.execute(q("schedule_one" if trace is None else "schedule_one_traced"), params).mappings().one()
         found = Event.from_row(row)
         outcome = row["scheduled"]
         if outcome in _WRITTEN:
+            if trace is not None:
+                found = replace(found, traceparent=trace.traceparent, tracestate=trace.tracestate)
             return found, outcome
         if outcome == _IN_FLIGHT:
             raise InFlight("The open event with this key is in flight; it cannot be changed.", event=found)
@@ -108,14 +122,19 @@ class EventStore(EventOperations):
         on_conflict: str = OnConflict.REJECT,
         now: datetime | None = None,
         debounce_max_seconds: float | None = None,
+        traces: Sequence[TraceContext | None] | None = None,
     ) -> list[ScheduleResult]:
         """Schedule many events in one statement (keys must be distinct); one result per event, in order.
 
-        A key that was not written reports the id of the open event that holds it.
+        A key that was not written reports the id of the open event that holds it. `traces`:
+        each event's trace context (by position), kept with the events written.
         """
         params = self._params(queue, events, actor, on_conflict, now, debounce_max_seconds)
+        query = "schedule_many"
+        if traces is not None and any(t is not None for t in traces):
+            query, params["traces"] = "schedule_many_traced", _traces_json(traces)
         with self.engine.begin() as conn:
-            rows = conn.execute(q("schedule_many"), params).mappings().all()
+            rows = conn.execute(q(query), params).mappings().all()
         refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
         return [
             ScheduleResult(row["item_key"], row["outcome"] if row["outcome"] in _WRITTEN else refused, row["id"])

@@ -5,7 +5,8 @@ metrics (scheduler.metrics) are counted here, once, whoever calls: dispatcher, p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -204,21 +205,39 @@ class LeaseStore(EngineStore):
         return _leases(conn.execute(q("claim_groups"), {**params, "groups": groups}).mappings().all())
 
     def ack(
-        self, lease_ids: Sequence[str], *, queues: Sequence[str] | None = None, now: datetime | None = None
+        self,
+        lease_ids: Sequence[str],
+        *,
+        queues: Sequence[str] | None = None,
+        now: datetime | None = None,
+        trace_ids: Mapping[str, str] | None = None,
     ) -> dict[str, str]:
         """Finish these leases as delivered (only leases of `queues`, when given); return
-        {lease_id: queue} of those that were live."""
+        {lease_id: queue} of those that were live. `trace_ids`: the trace of each lease's
+        attempt, kept in its timeline entry."""
         if not lease_ids:
             return {}
-        params = {"lease_ids": list(lease_ids), "queues": None if queues is None else list(queues), "now": now}
+        params = {
+            "lease_ids": list(lease_ids),
+            "queues": None if queues is None else list(queues),
+            "now": now,
+            "trace_ids": json.dumps(dict(trace_ids)) if trace_ids else None,
+        }
         with self.autocommit.connect() as conn:
             rows = conn.execute(q("ack_leases"), params).mappings().all()
         for row in rows:
             metrics.DELIVERED.labels(row["queue"]).inc(row["events"])
         return {str(row["lease_id"]): row["queue"] for row in rows}
 
-    def ack_one(self, lease_id: str, *, queues: Sequence[str] | None = None, now: datetime | None = None) -> str:
-        done = self.ack([lease_id], queues=queues, now=now)
+    def ack_one(
+        self,
+        lease_id: str,
+        *,
+        queues: Sequence[str] | None = None,
+        now: datetime | None = None,
+        trace_id: str | None = None,
+    ) -> str:
+        done = self.ack([lease_id], queues=queues, now=now, trace_ids={lease_id: trace_id} if trace_id else None)
         if lease_id not in done:
             raise StaleLease("The lease expired, was finished, or never existed.")
         return done[lease_id]
@@ -231,6 +250,7 @@ class LeaseStore(EngineStore):
         retry_in_seconds: float | None = None,
         dead: bool = False,
         now: datetime | None = None,
+        trace_id: str | None = None,
     ) -> FailResult:
         """Record a failed attempt for every event of the lease (see fail_lease in queries.sql)."""
         # PostgreSQL text cannot hold NUL, and error texts come from handlers and receivers
@@ -246,6 +266,7 @@ class LeaseStore(EngineStore):
                         "retry_in_seconds": retry_in_seconds,
                         "dead": dead,
                         "now": now,
+                        "trace_id": trace_id,
                     },
                 )
                 .mappings()

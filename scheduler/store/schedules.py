@@ -25,6 +25,7 @@ from tickler.scheduler.rules import record_json
 from tickler.scheduler.sql import q
 from tickler.scheduler.states import Action
 from tickler.scheduler.store.base import EngineStore
+from tickler.scheduler.tracing import TraceContext
 
 # The definition of a schedule: what PUT sets and the timeline reports as changed.
 FIELDS = ("cron", "timezone", "data", "group_key", "catch_up", "paused")
@@ -90,7 +91,14 @@ _SCHEDULE_JSON_FIELDS = (
 
 class ScheduleStore(EngineStore):
     def put(
-        self, queue: str, schedule_key: str, spec: ScheduleSpec, *, actor: str, now: datetime | None = None
+        self,
+        queue: str,
+        schedule_key: str,
+        spec: ScheduleSpec,
+        *,
+        actor: str,
+        now: datetime | None = None,
+        trace: TraceContext | None = None,
     ) -> tuple[Schedule, bool]:
         """Create or change a schedule and enqueue its next occurrence; returns (it, created)."""
         with self.engine.begin() as conn:
@@ -110,6 +118,16 @@ class ScheduleStore(EngineStore):
                 row, changed = self._change(conn, row, spec, actor=actor, now=now)
                 if changed:
                     logged = (Action.SCHEDULE_UPDATED, changed)
+            if logged is not None and (trace is not None or row.get("traceparent") is not None):
+                conn.execute(
+                    q("set_schedule_trace"),
+                    {
+                        **params,
+                        "traceparent": trace.traceparent if trace else None,
+                        "tracestate": trace.tracestate if trace else None,
+                    },
+                )
+                row = conn.execute(q("lock_schedule"), params).mappings().one()
             if not row["paused"] and row["due_on"] <= row["db_now"]:
                 recurring.advance(conn, row, now=now)
             final = conn.execute(q("lock_schedule"), params).mappings().one()

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
+from tickler_client._tracing import current_headers
 from tickler_client.errors import ServiceUnavailable, StaleLease, TransportError, ValidationError, error_for
 
 T = TypeVar("T")
@@ -133,13 +134,17 @@ class _Attempts:
 
     def request(self, client: httpx.Client | httpx.AsyncClient) -> httpx.Request:
         call = self.call
+        headers = call.headers
+        traced = current_headers()  # the caller's trace context, when OpenTelemetry is installed
+        if traced:
+            headers = {**traced, **(headers or {})}
         try:
             return client.build_request(
                 call.method,
                 call.path,
                 json=call.json,
                 params=call.params,
-                headers=call.headers,
+                headers=headers,
                 timeout=self.settings.timeout(call.extra_wait),
             )
         except (TypeError, ValueError) as refused:  # NaN, a datetime in data: JSON has no such values

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tickler_client._tracing import mark_failed, process_span
 from tickler_client.errors import ServiceUnavailable, StaleLease, TicklerError, TransportError
 from tickler_client.models import Lease, NackResult
 
@@ -182,7 +183,15 @@ def error_text(error: BaseException) -> str:
 def _finish(
     calls: LeaseCalls, heartbeat: Heartbeat, lease: Lease, handler: Callable[[Lease], object], stats: ConsumeStats
 ) -> None:
-    """Run the handler on one lease, then ack it, or nack it with the handler's exception."""
+    """Run the handler on one lease, then ack it, or nack it with the handler's exception; inside
+    the attempt's span when OpenTelemetry is installed (the ack or nack carries its context)."""
+    with process_span(lease):
+        _run_and_finish(calls, heartbeat, lease, handler, stats)
+
+
+def _run_and_finish(
+    calls: LeaseCalls, heartbeat: Heartbeat, lease: Lease, handler: Callable[[Lease], object], stats: ConsumeStats
+) -> None:
     failure: Exception | None = None
     try:
         handler(lease)
@@ -191,6 +200,8 @@ def _finish(
     finally:
         # Before the ack or nack, so that no extend races it. False: the heartbeat found it lost.
         still_held = heartbeat.release(lease)
+    if failure is not None:
+        mark_failed(failure)
     if not still_held:
         return
     if isinstance(failure, Nack):
