@@ -109,7 +109,9 @@ def test_claims_and_acks_use_their_indexes(
         {"lease_ids": [lease.lease_id for lease in leases] + [str(uuid.uuid4())], "queues": None, "now": None},
     )
     assert "tickler_event_leased" in ack and '"Seq Scan"' not in ack
-    groups = plan(raw, "lock_due_groups", {"queue": "emails", "limit": 10, "scan": 500, "now": None, "flow": False})
+    groups = plan(
+        raw, "lock_due_groups", {"queue": "emails", "limit": 10, "scan": 500, "now": None, "flow": False, "cap": None}
+    )
     assert "tickler_event_claimable_group" in groups and not scanned(groups)
     grouped = plan(
         raw,
