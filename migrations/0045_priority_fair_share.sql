@@ -97,6 +97,8 @@ DECLARE
     v_last     text;
     v_taken    bigint[] := '{}';
     v_left     integer := p_limit;
+    v_looked   integer;              -- keys looked at in this level
+    v_seen     text;                 -- the last of them
 BEGIN
     SELECT c.after_key INTO v_after FROM tickler_fair_cursor AS c WHERE c.queue = p_queue;
     SELECT e.priority INTO v_level FROM tickler_event AS e
@@ -104,20 +106,23 @@ BEGIN
     ORDER BY e.priority DESC LIMIT 1;
     WHILE v_level IS NOT NULL AND v_left > 0 LOOP
         v_keys := '{}'; v_room := '{}';
-        v_from := v_after; v_wrapped := v_after IS NULL;
+        v_from := v_after; v_wrapped := v_after IS NULL; v_looked := 0; v_seen := NULL;
         LOOP
             EXIT WHEN cardinality(v_keys) >= v_left;
+            EXIT WHEN v_looked >= p_limit * 10;  -- a bounded claim: the next one goes on from here
+            -- The next key with claimable events at this level, then whether one of them is due:
+            -- two index probes per key, whatever number of future events each key holds.
             v_key := NULL;
             IF v_from IS NULL THEN
                 SELECT e.fairness_key INTO v_key FROM tickler_event AS e
                 WHERE e.queue = p_queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
-                  AND e.priority = v_level AND e.schedule_on <= p_now
-                ORDER BY e.fairness_key, e.schedule_on LIMIT 1;
+                  AND e.priority = v_level
+                ORDER BY e.fairness_key LIMIT 1;
             ELSE
                 SELECT e.fairness_key INTO v_key FROM tickler_event AS e
                 WHERE e.queue = p_queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
-                  AND e.priority = v_level AND e.fairness_key > v_from AND e.schedule_on <= p_now
-                ORDER BY e.fairness_key, e.schedule_on LIMIT 1;
+                  AND e.priority = v_level AND e.fairness_key > v_from
+                ORDER BY e.fairness_key LIMIT 1;
             END IF;
             IF v_key IS NULL THEN           -- past the last key: once more from the first
                 EXIT WHEN v_wrapped;
@@ -126,7 +131,15 @@ BEGIN
             END IF;
             EXIT WHEN v_wrapped AND v_after IS NOT NULL AND v_key > v_after;  -- every key seen once
             v_from := v_key;
-            IF p_cap IS NULL THEN
+            v_looked := v_looked + 1;
+            v_seen := v_key;
+            IF NOT EXISTS (
+                SELECT 1 FROM tickler_event AS e
+                WHERE e.queue = p_queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+                  AND e.priority = v_level AND e.fairness_key = v_key AND e.schedule_on <= p_now
+            ) THEN
+                CONTINUE;
+            ELSIF p_cap IS NULL THEN
                 v_keys := v_keys || v_key; v_room := v_room || v_left;
             ELSE
                 SELECT count(DISTINCT l.lease_id) INTO v_live FROM tickler_event AS l
@@ -138,6 +151,7 @@ BEGIN
             END IF;
             EXIT WHEN v_wrapped AND v_key = v_after;
         END LOOP;
+        v_ids := NULL;
         IF cardinality(v_keys) > 0 THEN
             -- round r hands out every key's r-th due event, keys in cursor order
             SELECT array_agg(x.id ORDER BY x.round, x.pos), (array_agg(x.key ORDER BY x.round DESC, x.pos DESC))[1]
@@ -160,8 +174,14 @@ BEGIN
             IF v_ids IS NOT NULL THEN
                 v_taken := v_taken || v_ids;
                 v_left := v_left - cardinality(v_ids);
-                v_after := v_last;
             END IF;
+        END IF;
+        -- the next claim goes on after the last key served, or (when the look budget ran out
+        -- before the batch filled) after the last key looked at
+        IF v_looked >= p_limit * 10 AND v_seen IS NOT NULL THEN
+            v_after := v_seen;
+        ELSIF v_ids IS NOT NULL AND cardinality(v_keys) > 0 THEN
+            v_after := v_last;
         END IF;
         SELECT e.priority INTO v_level FROM tickler_event AS e
         WHERE e.queue = p_queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL

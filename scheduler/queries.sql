@@ -384,11 +384,14 @@ ORDER BY c.priority DESC, c.schedule_on, c.id;
 -- Lease the ungrouped events tickler_fair_pick() hands out (migration 0045: priority levels from
 -- the highest, round robin across fairness keys within a level, at most each key's room under
 -- max_in_flight_per_key), one lease each. Only under the queue's flow lock, after its expired
--- leases were ended (expire_leases), at the lock's time (:now is never NULL here).
-WITH clock AS (SELECT CAST(:now AS timestamptz) AS now),
-picked AS MATERIALIZED (
-    SELECT tickler_fair_pick(:queue, (SELECT now FROM clock), :limit, CAST(:cap AS integer)) AS ids
+-- leases were ended (expire_leases); due at the lock's time (:now is never NULL here). The leases
+-- start when the pick is done (clock_timestamp() after it, unless a test fixes the time with
+-- :claimed_at): a lease the pick saw ended, ended before the new ones began, so the timeline's
+-- intervals show the per-key cap as the pick held it.
+WITH picked AS MATERIALIZED (
+    SELECT tickler_fair_pick(:queue, CAST(:now AS timestamptz), :limit, CAST(:cap AS integer)) AS ids
 ),
+clock AS (SELECT coalesce(CAST(:claimed_at AS timestamptz), clock_timestamp()) AS now FROM picked),
 claimed AS (
     UPDATE tickler_event AS e
     SET claimed_on = clock.now,

@@ -56,6 +56,7 @@ class Fairness:
 
     round_robin: bool  # ungrouped events through claim_events_fair
     cap: int | None  # max_in_flight_per_key
+    claimed_at: datetime | None = None  # a time the caller fixed (tests); None: the database's clock
 
 
 # A claim held back by max_in_flight looks again this often: leases end in other processes
@@ -163,7 +164,7 @@ class LeaseStore(EngineStore):
         if room["paused"]:
             return Claim([], paused=True, queue=settings)
         at: datetime = room["db_now"]  # claimed_on follows the order of the flow lock
-        fairness = Fairness(settings.fair_shared, settings.max_in_flight_per_key)
+        fairness = Fairness(settings.fair_shared, settings.max_in_flight_per_key, claimed_at=now)
         lease_room = limit if room["lease_room"] is None else min(limit, room["lease_room"])
         event_room = room["event_room"]
         leases: list[Lease] = []
@@ -221,7 +222,8 @@ class LeaseStore(EngineStore):
             # whose time is up end first, as the reaper ends them: their events are pending again.
             ended = conn.execute(q("expire_leases"), {"queue": queue, "actor": "tickler", "now": now}).all()
             _count_expired(queue, len(ended))
-            return _leases(conn.execute(q("claim_events_fair"), params).mappings().all())
+            fair = {**params, "claimed_at": fairness.claimed_at}
+            return _leases(conn.execute(q("claim_events_fair"), fair).mappings().all())
         if kind == "events":
             rows = conn.execute(q("claim_events"), params).mappings().all()
             # the expired leases it ended: of events it claimed, and of events that died of them
