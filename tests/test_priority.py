@@ -23,9 +23,12 @@ from tests.helpers import assert_problem, key_url, schedule, written
 from tests.helpers_http import QuietHandler, serving
 from tests.helpers_wait import wait_until
 from tests.test_flow import listening, pull_consumer
+from tests.test_plans import fresh_install as fresh_install
+from tests.test_plans import plan, scanned
 from tests.workers.spawn import logs, start_worker, stop_workers
+from tickler.config import Settings
 from tickler.scheduler.models import Lease, NewEvent, Queue
-from tickler.scheduler.store import Store
+from tickler.scheduler.store import QueueSettings, Store
 
 
 def db_now(raw: psycopg.Connection[Any]) -> datetime:
@@ -453,3 +456,66 @@ def test_queue_settings_fair_share_and_max_in_flight_per_key(client: FlaskClient
     assert cleared is not None and cleared["fair_share"] is False and cleared["max_in_flight_per_key"] is None
     for body, field in (({"fair_share": "yes"}, "fair_share"), ({"max_in_flight_per_key": 0}, "max_in_flight_per_key")):
         assert_problem(client.put("/v1/queues/tenants", json=body, headers=auth(admin_token)), 400, field)
+
+
+# -- plans ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+def test_priority_and_fair_claims_stay_on_their_indexes(request: pytest.FixtureRequest, analysed: bool) -> None:
+    """20,000 future events in 3 priority levels over 1,000 fairness keys, 150 due: the claim reads
+    the priority index level by level, and the fair pick probes keys, never a scan of the events
+    and never the future events one by one."""
+    store, raw = request.getfixturevalue("fresh_install")
+    queue = store.queues.put("emails", QueueSettings(), Settings()).queue
+    for start in range(0, 20_000, 5_000):
+        store.events.schedule_batch(
+            queue,
+            [
+                NewEvent(f"k{i}", {}, delay_seconds=3600, priority=(i % 3) - 1, fairness_key=f"t{i % 1000}")
+                for i in range(start, start + 5_000)
+            ],
+            actor="load",
+        )
+    store.events.schedule_batch(
+        queue,
+        [NewEvent(f"due{i}", {}, priority=(i % 3) - 1, fairness_key=f"t{i % 50}") for i in range(150)],
+        actor="load",
+    )
+    if analysed:
+        raw.execute("ANALYZE tickler_event")
+    claim = plan(
+        raw,
+        "claim_events",
+        {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None, "flow": False},
+    )
+    assert "tickler_event_claimable_priority" in claim and not scanned(claim), claim
+    fair = plan(
+        raw,
+        "claim_events_fair",
+        {
+            "queue": "emails",
+            "worker": "w",
+            "limit": 100,
+            "lease_seconds": 30,
+            "now": db_now(raw),
+            "cap": 2,
+            "claimed_at": None,
+        },
+    )
+    assert not scanned(fair), fair
+    # The pick is PL/pgSQL: what it read is in this transaction's statistics.
+    raw.execute("BEGIN")
+    try:
+        picked = raw.execute("SELECT cardinality(tickler_fair_pick('emails', now(), 100, 2))").fetchone()
+        tables = raw.execute("SELECT pg_stat_get_xact_numscans('tickler_event'::regclass)").fetchone()
+        scans = raw.execute(
+            "SELECT pg_stat_get_xact_tuples_returned('tickler_event_claimable_fair'::regclass)"
+            " + pg_stat_get_xact_tuples_returned('tickler_event_claimable_priority'::regclass)"
+        ).fetchone()
+    finally:
+        raw.execute("ROLLBACK")  # the events stay as they were
+    assert picked is not None and picked[0] == 100
+    assert tables is not None and tables[0] == 0  # sequential scans of the events' table
+    # keys looked at (at most 10 per event wanted, per level) and their due events: not the 20,000
+    assert scans is not None and scans[0] < 5_000, scans
