@@ -44,9 +44,11 @@ CREATE INDEX tickler_event_claimable_fair
     ON tickler_event (queue, priority, fairness_key, schedule_on, id)
     WHERE dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NULL;
 
--- Live leases by fairness key (leased rows only: small): max_in_flight_per_key.
+-- Live leases by fairness key (leased rows only: small): max_in_flight_per_key. The key leads,
+-- so that this index is no candidate for the counts of a whole queue's leases (flow_room, the
+-- gauges), which keep the lease-expiry indexes.
 CREATE INDEX tickler_event_leased_fair
-    ON tickler_event (queue, fairness_key, lease_expires_on) INCLUDE (lease_id)
+    ON tickler_event (fairness_key, queue) INCLUDE (lease_id, lease_expires_on)
     WHERE dequeued_on IS NULL AND lease_id IS NOT NULL;
 
 -- The events of a group share one fairness key (a group is claimed as one unit, under one lease,

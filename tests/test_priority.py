@@ -519,3 +519,29 @@ def test_priority_and_fair_claims_stay_on_their_indexes(request: pytest.FixtureR
     assert tables is not None and tables[0] == 0  # sequential scans of the events' table
     # keys looked at (at most 10 per event wanted, per level) and their due events: not the 20,000
     assert scans is not None and scans[0] < 5_000, scans
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def test_cli_events_list_and_show_carry_priority(
+    store: Store, make_queue: Callable[..., Queue], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tickler.cli import _parser
+    from tickler.commands import events as events_command
+
+    queue = make_queue("emails")
+    store.events.schedule_batch(
+        queue, [NewEvent("urgent", {}, priority=42, fairness_key="t1"), NewEvent("plain", {})], actor="test"
+    )
+    events_command.run(store, _parser().parse_args(["events", "list", "emails"]))
+    table = capsys.readouterr().out
+    assert "PRIORITY" in table.splitlines()[0]
+    assert any("urgent" in line and " 42 " in f" {line} " for line in table.splitlines())
+    events_command.run(store, _parser().parse_args(["events", "list", "emails", "--priority", "42", "--json"]))
+    assert [e["item_key"] for e in json.loads(capsys.readouterr().out)["events"]] == ["urgent"]
+    events_command.run(store, _parser().parse_args(["events", "show", "emails", "urgent"]))
+    shown = capsys.readouterr().out
+    assert "priority" in shown and "42" in shown and "t1" in shown
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["events", "list", "emails", "--priority", "101"])

@@ -30,11 +30,14 @@ class QueuesAPI:
         max_in_flight: int | Unset | None = UNSET,
         rate_per_second: float | Unset | None = UNSET,
         rotate_signing_secret: bool = False,
+        fair_share: bool | None = None,
+        max_in_flight_per_key: int | Unset | None = UNSET,
     ) -> Queue:
         """Create a queue or change the settings given (admin). `webhook_url` makes it a webhook
         queue, `pull=True` a pull queue; a new queue is a pull queue. The answer that creates a
         webhook queue (or rotates its secret) carries `signing_secret`, shown only then.
-        `max_in_flight` / `rate_per_second`: a number, or None for no limit. Retried (a PUT sets
+        `max_in_flight` / `rate_per_second` / `max_in_flight_per_key`: a number, or None for no
+        limit. `fair_share`: round robin across fairness keys among equal priority. Retried (a PUT sets
         the same state again) — except when rotating the secret.
 
         >>> hooks = client.put_queue("reminders", webhook_url="https://app.example.com/hooks")
@@ -55,6 +58,10 @@ class QueuesAPI:
             body["max_in_flight"] = max_in_flight
         if not isinstance(rate_per_second, Unset):
             body["rate_per_second"] = rate_per_second
+        if fair_share is not None:
+            body["fair_share"] = fair_share
+        if not isinstance(max_in_flight_per_key, Unset):
+            body["max_in_flight_per_key"] = max_in_flight_per_key
         if rotate_signing_secret:
             body["rotate_signing_secret"] = True
         answer = self._transport.request(
