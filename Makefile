@@ -52,7 +52,7 @@ bench-quick: install ## prove the benchmark harness works on tiny sizes (no timi
 	$(BIN)/python -m bench --quick
 
 screenshots: install ## retake the dashboard's screenshots in docs/images/ (runs the browser tests)
-	TICKLER_UI_SCREENSHOTS=docs/images $(BIN)/pytest tests/test_ui_browser.py -q
+	TICKLER_UI_SCREENSHOTS=docs/images $(BIN)/pytest tests/test_ui_browser.py tests/test_ui_pages_browser.py -q
 
 clean: ## remove the virtualenv and caches (keeps ./.tickler data)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

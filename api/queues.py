@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 from flask import Blueprint, Response, jsonify
@@ -26,31 +27,7 @@ def put_queue(queue: str) -> Response:
     problem = check_queue_name(queue)
     if problem:
         raise NotFound(f"{queue!r} cannot name a queue. {problem}")
-    fields = _put_schema.load(context.json_body())
-    delivery = fields.get("delivery", {})
-    backoff = fields.get("backoff", {})
-    wanted = QueueSettings(
-        delivery_mode=delivery.get("mode"),
-        webhook_url=delivery.get("url"),
-        webhook_timeout_seconds=delivery.get("timeout_seconds"),
-        lease_seconds=fields.get("lease_seconds"),
-        max_attempts=fields.get("max_attempts"),
-        backoff_initial_seconds=backoff.get("initial_seconds"),
-        backoff_max_seconds=backoff.get("max_seconds"),
-        backoff_multiplier=backoff.get("multiplier"),
-        rotate_signing_secret=fields.get("rotate_signing_secret", False),
-        max_in_flight=fields.get("max_in_flight"),
-        rate_per_second=fields.get("rate_per_second"),
-        retention_days=fields.get("retention_days"),
-        archive_before_prune=fields.get("archive_before_prune"),
-        fair_share=fields.get("fair_share"),
-        max_in_flight_per_key=fields.get("max_in_flight_per_key"),
-        cleared=frozenset(
-            name
-            for name in ("max_in_flight", "rate_per_second", "max_in_flight_per_key")
-            if name in fields and fields[name] is None
-        ),
-    )
+    wanted = wanted_settings(_put_schema.load(context.json_body()))
     ext = context.tickler()
     result = ext.store.queues.put(queue, wanted, ext.settings)
     ext.queues.forget(queue)
@@ -94,4 +71,32 @@ def signing_secret(queue: str) -> Response:
             "previous_signing_secret": previous,
             "previous_secret_until": format_timestamp(until) if previous else None,
         }
+    )
+
+
+def wanted_settings(fields: dict[str, Any]) -> QueueSettings:
+    """The settings a loaded PUT body asks for (also what the dashboard's settings form sends)."""
+    delivery = fields.get("delivery", {})
+    backoff = fields.get("backoff", {})
+    return QueueSettings(
+        delivery_mode=delivery.get("mode"),
+        webhook_url=delivery.get("url"),
+        webhook_timeout_seconds=delivery.get("timeout_seconds"),
+        lease_seconds=fields.get("lease_seconds"),
+        max_attempts=fields.get("max_attempts"),
+        backoff_initial_seconds=backoff.get("initial_seconds"),
+        backoff_max_seconds=backoff.get("max_seconds"),
+        backoff_multiplier=backoff.get("multiplier"),
+        rotate_signing_secret=fields.get("rotate_signing_secret", False),
+        max_in_flight=fields.get("max_in_flight"),
+        rate_per_second=fields.get("rate_per_second"),
+        retention_days=fields.get("retention_days"),
+        archive_before_prune=fields.get("archive_before_prune"),
+        fair_share=fields.get("fair_share"),
+        max_in_flight_per_key=fields.get("max_in_flight_per_key"),
+        cleared=frozenset(
+            name
+            for name in ("max_in_flight", "rate_per_second", "max_in_flight_per_key")
+            if name in fields and fields[name] is None
+        ),
     )

@@ -76,6 +76,15 @@ SELECT %(queue)s, 'key:1', 1, now() - interval '31 days' + g * interval '1 minut
 FROM generate_series(1, 60) AS g
 """
 
+# A key debounced 3,000 times (its timeline is paged: the page shows the newest 100 entries).
+DEBOUNCED = """
+INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+SELECT %(queue)s, 'key:2', 2, now() - interval '3 days' + g * interval '1 minute',
+       CASE WHEN g = 1 THEN 'enqueued' ELSE 'debounced' END, 'bench', now(),
+       jsonb_build_object('previous_schedule_on', now())
+FROM generate_series(1, 3000) AS g
+"""
+
 ROLLUP_STATEMENT = """
 INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
 SELECT %(queue)s, 'trig:' || g, g, now(), 'delivered', 'worker', now(), '{}' FROM generate_series(1, 100) AS g
@@ -92,6 +101,7 @@ def build(url: str, events: int) -> None:
         for first in range(0, 360_000, 100):
             conn.execute(HISTORY, {"queue": QUEUE, "first": first + 1, "last": first + 100})
         conn.execute(STORY, {"queue": QUEUE})
+        conn.execute(DEBOUNCED, {"queue": QUEUE})
         conn.execute("VACUUM ANALYZE tickler_event")
         conn.execute("VACUUM ANALYZE tickler_timeline")
         conn.execute("ANALYZE tickler_minute_stat")
@@ -113,7 +123,12 @@ def time_pages(url: str, repeats: int) -> dict[str, float]:
         "queue, key prefix": f"/ui/queues/{QUEUE}?item_key_prefix=key:12345",
         "queue, group + time": f"/ui/queues/{QUEUE}?group_key=group:7&since=2020-01-01T00:00",
         "one key (60 entries)": f"/ui/queues/{QUEUE}/events/key:1",
+        "one key (3,000 entries, newest 100)": f"/ui/queues/{QUEUE}/events/key:2",
         "leases in flight": "/ui/leases",
+        "schedules": f"/ui/queues/{QUEUE}/schedules",
+        "settings": f"/ui/queues/{QUEUE}/settings",
+        "tokens": "/ui/tokens",
+        "bulk cancel, confirmation (counts)": f"/ui/queues/{QUEUE}/events/cancel?group_key=group:7",
     }
     results: dict[str, float] = {}
     for name, path in pages.items():

@@ -4,9 +4,11 @@ A run goes through the states of its ledger row (tickler_archive_run):
   selected  the run's event ids are recorded (tickler_archive_item) with counts and id sums;
   written   its files were written (its earlier files removed, then written whole under a staging
             directory and moved into the queue=/date= partitions) and read back matching;
-  deleted   its rows were deleted from PostgreSQL in one transaction that checked the counts.
+  deleted   its rows were deleted from PostgreSQL in one transaction that checked the counts;
+then it is committed to the archive's manifest (pipeline/manifest.py): readers see it, whole.
 Each step is redone from the recorded state after a crash: a rerun finishes the unfinished run
-(same ids, so the same rows in the same place) before it starts a new one.
+(same ids, so the same rows in the same place) before it starts a new one, and commits a deleted
+run the manifest lacks.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from psycopg.rows import dict_row
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tickler.pipeline import db, layout
+from tickler.pipeline import db, layout, manifest
 from tickler.pipeline.source import ARCHIVE_EVENTS, ARCHIVE_TIMELINE, Source
 from tickler.pipeline.spark import PipelineError
 
 # Stages after which `hook` is called: tests raise there to simulate a crash.
-STAGES = ("selected", "written", "verified", "deleted")
+STAGES = ("selected", "written", "verified", "deleted", "committed")
 Hook = Callable[[str, int], None]
 
 
@@ -102,7 +104,10 @@ def _select(conn: psycopg.Connection[Any], location: str, cutoff: datetime, limi
         assert run is not None
         if run["event_count"] == 0:
             raise psycopg.Rollback(tx)  # nothing to archive: leave no empty run in the ledger
-    return run if run["event_count"] else None
+    if not run["event_count"]:
+        return None
+    conn.execute(db.q("analyze_items"))
+    return run
 
 
 def _finish(
@@ -116,6 +121,7 @@ def _finish(
     resumed: bool,
 ) -> RunResult:
     run_id = run["id"]
+    reconcile(spark, conn, run["location"], unfinished=run_id)
     if run["state"] == "selected" or not _matches(spark, run):
         _write(spark, url, run, source)
         if hook:
@@ -128,6 +134,9 @@ def _finish(
     _delete(conn, run)
     if hook:
         hook("deleted", run_id)
+    manifest.commit_runs(layout.Files(spark), run["location"], [run])
+    if hook:
+        hook("committed", run_id)
     return RunResult(
         run_id=run_id,
         location=run["location"],
@@ -190,9 +199,16 @@ def _matches(spark: SparkSession, run: dict[str, Any]) -> bool:
     return all(found[table] == (count, int(id_sum)) for table, (count, id_sum) in expected.items())
 
 
+def reconcile(spark: SparkSession, conn: psycopg.Connection[Any], location: str, unfinished: int | None) -> None:
+    """Bring the manifest at `location` up to the ledger (the caller holds the archive lock)."""
+    runs = conn.execute(db.q("archive_runs_at"), {"location": location}).fetchall()
+    manifest.reconcile(layout.Files(spark), location, runs, unfinished)
+
+
 def _read_back(spark: SparkSession, run: dict[str, Any], table: str) -> tuple[int, int] | None:
     """(rows, sum of ids) of a table of the run's files; None when a file is missing or an id repeats."""
-    frame = layout.read_table(spark, run["location"], table)
+    names = manifest.run_files(layout.Files(spark), run["location"], run["id"])[table]
+    frame = manifest.read_files(spark, run["location"], table, names)
     if frame is None:  # no files yet (a crash before the write)
         return None
     found = ledger_figures(frame.where(F.col("run") == run["id"])).first()

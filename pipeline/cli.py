@@ -7,27 +7,48 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 from contextlib import nullcontext
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import psycopg
 
 from tickler.config import Settings
+from tickler.pipeline.db import STATEMENT_TIMEOUT_ENV
+from tickler.pipeline.limits import InputRefused, MaxInvalid
 from tickler.pipeline.progress import jvm_output_to, reporting
 from tickler.pipeline.source import choose
-from tickler.pipeline.spark import PipelineError, create_session, jdbc_jar, one_line
+from tickler.pipeline.spark import PipelineError, check_master, create_session, jdbc_jar, log_cause, one_line
+from tickler.pipeline.watchdog import Deadline
 from tickler.scheduler import rules
 from tickler.scheduler.db import NoDatabase, existing_database_url
 from tickler.scheduler.migrate import MigrationError, migrate
 
 
+class UsageError(PipelineError):
+    """A bad command line: argparse's message, raised instead of printed so --json can carry it."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, raising UsageError rather than exiting (its subcommands are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", self.format_usage())
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tickler pipeline",
         description="Spark jobs over tickler's history. The database is TICKLER_DATABASE_URL, "
         "else the embedded one under TICKLER_DATA_DIR.",
     )
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     spark = common.add_argument_group("spark")
     spark.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     spark.add_argument(
@@ -44,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     spark.add_argument("--staging-dir", help="where the snapshot source writes its files (shared, on a cluster)")
     spark.add_argument("--driver-memory", help="Spark driver memory (default 2g in local mode)")
     spark.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="any Spark setting")
+    spark.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="give up after this long: cancel the Spark jobs and exit with status 1 (default: no limit)",
+    )
     run = common.add_argument_group("output")
     run.add_argument("--json", action="store_true", help="print a JSON run summary on stdout (and nothing else)")
     run.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
@@ -90,7 +117,30 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--queue", help="queue of rows that do not name one")
     load.add_argument("--format", choices=("csv", "parquet"), help="default: by the file name (.csv or not)")
     load.add_argument("--rejects", help="rejects file (default FILE.rejects.csv)")
+    load.add_argument(
+        "--max-invalid",
+        type=_max_invalid,
+        metavar="N|P%",
+        help="refuse the whole file, writing nothing, when more than N rows (or P%% of them) fail the row checks",
+    )
     return parser  # fmt: skip
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a number of seconds, not {text!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"takes a positive number of seconds, not {text!r}")
+    return seconds
+
+
+def _max_invalid(text: str) -> MaxInvalid:
+    try:
+        return MaxInvalid.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _conf(pairs: list[str]) -> dict[str, str]:
@@ -115,53 +165,114 @@ def _cutoff(args: argparse.Namespace) -> datetime:
     return datetime.now(UTC) - timedelta(days=args.older_than_days)
 
 
-def main(argv: list[str]) -> int:
-    """Run one job; exit status 0 done, 1 the job failed (Spark, or an archive check), 2 a problem to fix."""
-    args = _parser().parse_args(argv)
-    summary: dict[str, Any] = {"job": args.job}
-    try:
-        settings = Settings.from_env()
-        # never creates an empty database where none is (only serve and migrate do)
-        url = existing_database_url(settings.database_url, settings.data_dir)
-        migrate(url)
-        jar = jdbc_jar(args.jdbc_jar)
-        if args.job in ("report", "archive"):
-            choose(args.source, url, jar)  # a source that cannot work fails before Spark starts
-        from pyspark.sql import SparkSession
+# Exit statuses (docs/pipeline.md, "Exit status"): what an orchestrator decides on.
+OK, FAILED, FIX_FIRST, INPUT_REFUSED = 0, 1, 2, 3
+JOBS = ("report", "archive", "compact", "import")
 
-        running = SparkSession.getActiveSession()
-        log = Path(args.spark_log or Path(tempfile.gettempdir()) / "tickler-pipeline-spark.log")
-        summary["spark_log"] = str(log)
-        with jvm_output_to(log):  # the JVM's start-up lines and Spark's logging go there
-            spark = create_session(args.master, jar=jar, driver_memory=args.driver_memory, conf=_conf(args.conf))
-        try:
-            with nullcontext() if args.no_progress else reporting(spark.sparkContext):
-                if args.job == "report":
-                    summary.update(_report(spark, url, args))
-                elif args.job == "archive":
-                    summary.update(_archive(spark, url, args))
-                elif args.job == "compact":
-                    summary.update(_compact(spark, url, args))
-                else:
-                    summary.update(_import(spark, url, args, settings))
-        finally:
-            if running is None:  # stop only a session this call started
-                spark.stop()
-        code = 1 if summary.get("error") else 0
+
+def main(argv: list[str]) -> int:
+    """Run one job; exit status 0 done, 1 the job failed, 2 a problem to fix first, 3 the input refused."""
+    wants_json = "--json" in argv
+    summary: dict[str, Any] = {"job": next((a for a in argv if a in JOBS), None)}
+    try:
+        args = _parser().parse_args(argv)
+    except UsageError as error:
+        if not wants_json:
+            print(f"{error.usage}{error}", file=sys.stderr)
+            return FIX_FIRST
+        return _finish(summary, FIX_FIRST, str(error), as_json=True)
+    summary["job"] = args.job
+    context: dict[str, Any] = {}
+
+    def give_up() -> None:  # the deadline's last resort: say it, and go now
+        _finish(summary, FAILED, f"timed out after {args.timeout:g} s (--timeout); stopped", as_json=args.json)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(FAILED)
+
+    deadline = Deadline(
+        args.timeout or float("inf"), cancel=lambda: context["spark"].sparkContext.cancelAllJobs(), give_up=give_up
+    )
+    try:
+        with deadline if args.timeout else nullcontext():
+            code = _run(args, summary, context)
+    except InputRefused as error:
+        code, summary["error"] = INPUT_REFUSED, str(error)
     except (PipelineError, MigrationError, NoDatabase) as error:
-        code, summary["error"] = 2, str(error)
+        code, summary["error"] = FIX_FIRST, str(error)
+    except psycopg.errors.QueryCanceled as error:
+        code = FAILED
+        summary["error"] = f"the database cancelled a query: {one_line(error)} (see {STATEMENT_TIMEOUT_ENV})"
+    except psycopg.OperationalError as error:
+        # before Spark starts (or when the database went away later): one line, not a traceback
+        code = FIX_FIRST if "spark_started" not in summary else FAILED
+        summary["error"] = f"cannot reach the database: {one_line(error)}"
     except Exception as error:
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
-        if not isinstance(error, PySparkException | Py4JError):
-            raise
-        code, summary["error"] = 1, f"Spark failed: {one_line(error)}"
-    if "error" in summary and not args.json:
-        print(f"tickler pipeline: {summary['error']}", file=sys.stderr)
-    if args.json:
-        print(json.dumps({**summary, "status": "failed" if code else "ok", "exit_code": code}, default=str))
+        code = FAILED
+        if deadline.expired.is_set():
+            summary["error"] = f"timed out after {args.timeout:g} s (--timeout); the Spark jobs were cancelled"
+        elif isinstance(error, PySparkException | Py4JError):
+            cause = log_cause(Path(summary["spark_log"])) if "spark_log" in summary else None
+            summary["error"] = f"Spark failed: {cause or one_line(error)}"
+        else:  # a defect of ours: the trace goes to stderr, the summary still to stdout
+            traceback.print_exc(file=sys.stderr)
+            summary["error"] = f"unexpected {type(error).__name__}: {one_line(error)}"
+    summary.pop("spark_started", None)
+    return _finish(summary, code, summary.pop("error", None), as_json=args.json)
+
+
+def _finish(summary: dict[str, Any], code: int, error: str | None, *, as_json: bool) -> int:
+    """Say how it ended: one line on stderr, or the JSON summary on stdout."""
+    if error and not as_json:
+        print(f"tickler pipeline: {error}", file=sys.stderr)
+    if as_json:
+        ending = {"status": "failed" if code else "ok", "exit_code": code} | ({"error": error} if error else {})
+        print(json.dumps({**summary, **ending}, default=str))
     return code
+
+
+def _run(args: argparse.Namespace, summary: dict[str, Any], context: dict[str, Any]) -> int:
+    """Check what can be checked without Spark, start it, run the job; fill `summary`."""
+    settings = Settings.from_env()
+    # never creates an empty database where none is (only serve and migrate do)
+    url = existing_database_url(settings.database_url, settings.data_dir)
+    if args.job == "import" and "://" not in args.file and not Path(args.file).exists():
+        raise PipelineError(f"no such file: {args.file}")
+    migrate(url)
+    jar = jdbc_jar(args.jdbc_jar)
+    if args.job in ("report", "archive"):
+        choose(args.source, url, jar)  # a source that cannot work fails before Spark starts
+    check_master(args.master)  # an unreachable master is said now, not after a minute of retries
+    from pyspark.sql import SparkSession
+
+    running = SparkSession.getActiveSession()
+    log = Path(args.spark_log or Path(tempfile.gettempdir()) / "tickler-pipeline-spark.log")
+    summary["spark_log"] = str(log)
+    with jvm_output_to(log):  # the JVM's start-up lines and Spark's logging go there
+        spark = create_session(args.master, jar=jar, driver_memory=args.driver_memory, conf=_conf(args.conf))
+    summary["spark_started"] = True
+    context["spark"] = spark
+    try:
+        with nullcontext() if args.no_progress else reporting(spark.sparkContext):
+            if args.job == "report":
+                summary.update(_report(spark, url, args))
+            elif args.job == "archive":
+                summary.update(_archive(spark, url, args))
+            elif args.job == "compact":
+                summary.update(_compact(spark, url, args))
+            else:
+                summary.update(_import(spark, url, args, settings))
+    finally:
+        if running is None:  # stop only a session this call started
+            spark.stop()
+    if summary.pop("refused", False):
+        return INPUT_REFUSED
+    if summary.get("error"):
+        return FAILED
+    return OK
 
 
 def _say(args: argparse.Namespace, text: str) -> None:
@@ -238,11 +349,16 @@ def _import(spark: Any, url: str, args: argparse.Namespace, settings: Settings) 
     result = run_import(
         spark, url, args.file, principal=args.principal, on_conflict=args.on_conflict, queue=args.queue,
         debounce_max_seconds=args.debounce_max_seconds, fmt=args.format, rejects_path=args.rejects,
-        partitions=args.partitions, max_data_bytes=settings.max_event_data_bytes,
+        partitions=args.partitions, max_data_bytes=settings.max_event_data_bytes, max_invalid=args.max_invalid,
     )  # fmt: skip
     _say(args, f"import of {args.file} (principal {args.principal}, on_conflict {args.on_conflict}):")
     for outcome, n in result.counts.items():
         _say(args, f"  {outcome:<10} {n:>12,}")
     _say(args, f"rejects: {result.rejects_path} ({result.rejects:,} rows)")
-    return {"file": args.file, "counts": result.counts, "rejects_file": str(result.rejects_path),
-            "rejects": result.rejects}  # fmt: skip
+    summary = {"file": args.file, "rows": result.rows, "counts": result.counts,
+               "rejects_file": str(result.rejects_path), "rejects": result.rejects}  # fmt: skip
+    if result.rows and not result.valid:
+        # nothing could be imported: a cron job must not report success
+        summary |= {"refused": True, "error": f"none of the {result.rows:,} rows of {args.file} passed the row checks "
+                                              f"(see {result.rejects_path})"}  # fmt: skip
+    return summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -9,7 +10,7 @@ from typing import Any, LiteralString
 from urllib.parse import urlencode
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tickler.scheduler.db import libpq_url
 from tickler.scheduler.sql import parse_queries
@@ -28,9 +29,36 @@ def q(name: str) -> LiteralString:
     return text
 
 
+# A job's queries must end with the job. Without these, a driver killed with -9 left its queries
+# running for as long as they took (PostgreSQL only notices a gone client when it next writes to
+# it): the server checks the connection while a query runs, TCP keepalives find a peer that
+# vanished from the network, and no statement runs longer than the timeout.
+STATEMENT_TIMEOUT_ENV = "TICKLER_PIPELINE_STATEMENT_TIMEOUT"
+DEFAULT_STATEMENT_TIMEOUT = "2h"  # PostgreSQL's units: 250ms, 30s, 10min, 2h; 0 for none
+CLIENT_CHECK = "5s"
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+
+
+def session_settings() -> dict[str, str]:
+    """The server settings of every session of a job (psycopg's and the JDBC reads')."""
+    return {
+        "TimeZone": "UTC",
+        "statement_timeout": os.environ.get(STATEMENT_TIMEOUT_ENV) or DEFAULT_STATEMENT_TIMEOUT,
+        "client_connection_check_interval": CLIENT_CHECK,
+    }
+
+
+def session_options() -> str:
+    """session_settings() as a libpq `options` value."""
+    return " ".join(f"-c {name}={value}" for name, value in session_settings().items())
+
+
 def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
-    """A psycopg connection to the database at `url` (any spelling tickler accepts), in UTC."""
-    return psycopg.connect(libpq_url(url), options="-c TimeZone=UTC", application_name="tickler-pipeline", **kwargs)
+    """A psycopg connection to the database at `url` (any spelling tickler accepts), in UTC, with
+    the job's statement timeout, keepalives and client check."""
+    kwargs.setdefault("application_name", "tickler-pipeline")
+    conninfo = make_conninfo(libpq_url(url), options=session_options(), **KEEPALIVES)
+    return psycopg.connect(conninfo, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -49,9 +77,10 @@ class Endpoint:
         return bool(self.host) and not self.host.startswith("/") and not self.host.startswith("@")
 
     def jdbc_url(self) -> str:
-        """The JDBC URL (credentials travel as properties, not in the URL)."""
-        query = f"?{urlencode(self.params)}" if self.params else ""
-        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}{query}"
+        """The JDBC URL (credentials travel as properties, not in the URL), with the job's session
+        settings and TCP keepalives (pgjdbc's are the operating system's timings)."""
+        params = {**self.params, "tcpKeepAlive": "true", "options": session_options()}
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}?{urlencode(params)}"
 
 
 # libpq parameters that pgjdbc understands under the same name

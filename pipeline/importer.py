@@ -31,6 +31,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from tickler.pipeline import db
+from tickler.pipeline.limits import InputRefused, MaxInvalid
+from tickler.pipeline.progress import track
 from tickler.pipeline.spark import PipelineError
 from tickler.pipeline.validate import FIELDS, Invalid, check_row
 from tickler.scheduler import rules
@@ -54,6 +56,12 @@ class ImportResult:
     counts: dict[str, int]
     rejects_path: Path
     rejects: int
+    rows: int = 0  # rows in the file
+
+    @property
+    def valid(self) -> int:
+        """Rows that passed the row checks (whatever became of them: created, a conflict...)."""
+        return sum(n for outcome, n in self.counts.items() if outcome not in ("invalid", "duplicate"))
 
 
 def read_input(spark: SparkSession, path: str, fmt: str | None = None) -> DataFrame:
@@ -103,8 +111,8 @@ def _check_columns(frame: DataFrame, default_queue: str | None) -> None:
         raise PipelineError(f"missing column(s): {', '.join(missing)}")
 
 
-def _numbered(spark: SparkSession, frame: DataFrame) -> DataFrame:
-    """The rows with `row`: their 1-based position in the input (cached: numbered once)."""
+def _numbered(spark: SparkSession, frame: DataFrame) -> tuple[DataFrame, int]:
+    """The rows with `row`: their 1-based position in the input (cached: numbered once); the row count."""
     frame = frame.withColumn("_part", F.spark_partition_id()).withColumn("_mono", F.monotonically_increasing_id())
     frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
     sizes = sorted((r["_part"], r["count"]) for r in frame.groupBy("_part").count().collect())
@@ -114,7 +122,32 @@ def _numbered(spark: SparkSession, frame: DataFrame) -> DataFrame:
         total += size
     starts = spark.createDataFrame(offsets or [(0, 0)], "_part int, _offset long")
     position = F.col("_mono") - F.shiftleft(F.col("_part").cast("long"), _PARTITION_SHIFT)
-    return frame.join(F.broadcast(starts), "_part").withColumn("row", F.col("_offset") + position + 1)
+    return frame.join(F.broadcast(starts), "_part").withColumn("row", F.col("_offset") + position + 1), total
+
+
+def _keyed(numbered: DataFrame, partitions: int) -> DataFrame:
+    """The rows spread by (queue, item_key), each with the first row of its key, in row order."""
+    by_key = Window.partitionBy("queue", "item_key")
+    return (
+        numbered.repartition(partitions, "queue", "item_key")  # the window reuses this partitioning
+        .withColumn("first_row", F.min("row").over(by_key))
+        .select("row", "first_row", *FIELDS)
+        .sortWithinPartitions("row")  # the same batches on every attempt
+    )
+
+
+def _count_invalid(rows: Iterable[str], **rules_: Any) -> Iterator[int]:
+    """How many of a partition's rows fail the row checks or repeat a key (the loader's own tests)."""
+    now = datetime.now(UTC)
+    bad = 0
+    for row in map(json.loads, rows):
+        try:
+            check_row(row, now=now, **rules_)
+        except Invalid:
+            bad += 1
+            continue
+        bad += int(row["row"] != row["first_row"])
+    yield bad
 
 
 def fingerprint(
@@ -157,11 +190,14 @@ def run_import(
     max_data_bytes: int = 256 * 1024,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     crash_after_batches: int | None = None,
+    max_invalid: MaxInvalid | None = None,
 ) -> ImportResult:
     """Import the file; return counts by outcome and where the rejected rows went.
 
     A rerun of an import that died part-way (same file, same options) resumes it: the batches it
     committed are skipped. `crash_after_batches` is for tests: partition 0 fails after that many.
+    With `max_invalid`, the rows are checked first and the file refused (InputRefused, nothing
+    written) when more of them fail than it allows.
     """
     if on_conflict not in rules.SCHEDULE_ON_CONFLICT:
         raise PipelineError(f"--on-conflict must be one of {', '.join(rules.SCHEDULE_ON_CONFLICT)}")
@@ -190,42 +226,45 @@ def run_import(
         "partitions": partitions or 2 * spark.sparkContext.defaultParallelism,
         "batch_rows": batch_rows,
     }
-    with db.connect(url) as conn:
-        queues = {str(row[0]) for row in conn.execute(db.q("import_queues")).fetchall()}
-        # a resumed import keeps the cut of the first attempt, so its batches are the same rows
-        started = conn.execute(db.q("import_resume"), ledger).fetchone()
-        started = started or conn.execute(db.q("import_start"), ledger).fetchone()
-        assert started is not None
-        import_id, partitions, batch_rows = started
     given = {c: F.col(c) for c in frame.columns}
     queue_column = F.col("queue") if "queue" in given else F.lit(None).cast("string")
     if queue:
         queue_column = F.coalesce(F.when(queue_column != "", queue_column), F.lit(queue))
     frame = frame.select(*[(given.get(f, F.lit(None).cast("string"))).alias(f) for f in FIELDS if f != "queue"],
                          queue_column.alias("queue"))  # fmt: skip
-
-    numbered = _numbered(spark, frame)
-    by_key = Window.partitionBy("queue", "item_key")
-    keyed = (
-        numbered.repartition(partitions, "queue", "item_key")  # the window reuses this partitioning
-        .withColumn("first_row", F.min("row").over(by_key))
-        .select("row", "first_row", *FIELDS)
-        .sortWithinPartitions("row")  # the same batches on every attempt
-    )
-    load = partial(
-        _load_partition,
-        url=libpq_url(url),
-        actor=principal,
-        on_conflict=on_conflict,
-        debounce_max_seconds=debounce_max_seconds,
-        queues=frozenset(queues),
-        max_data_bytes=max_data_bytes,
-        import_id=import_id,
-        batch_rows=batch_rows,
-        crash_after=crash_after_batches,
-    )
+    numbered, total = _numbered(spark, frame)
+    with db.connect(url) as conn:
+        queues = {str(row[0]) for row in conn.execute(db.q("import_queues")).fetchall()}
+    checks: dict[str, Any] = {"queues": frozenset(queues), "max_data_bytes": max_data_bytes}
     try:
-        _as_json_lines(keyed).mapPartitionsWithIndex(load).count()
+        if max_invalid is not None:
+            keyed = _keyed(numbered, partitions or 2 * spark.sparkContext.defaultParallelism)
+            invalid = sum(_as_json_lines(keyed).mapPartitions(partial(_count_invalid, **checks)).collect())
+            if invalid > max_invalid.allowed(total):
+                raise InputRefused(
+                    f"{invalid:,} of the {total:,} rows of {path} fail the row checks, more than --max-invalid "
+                    f"{max_invalid} allows; nothing was imported"
+                )
+        with db.connect(url) as conn:
+            # a resumed import keeps the cut of the first attempt, so its batches are the same rows
+            started = conn.execute(db.q("import_resume"), ledger).fetchone()
+            started = started or conn.execute(db.q("import_start"), ledger).fetchone()
+            assert started is not None
+            import_id, partitions, batch_rows = started
+        keyed = _keyed(numbered, partitions)
+        load = partial(
+            _load_partition,
+            url=libpq_url(url),
+            actor=principal,
+            on_conflict=on_conflict,
+            debounce_max_seconds=debounce_max_seconds,
+            **checks,
+            import_id=import_id,
+            batch_rows=batch_rows,
+            crash_after=crash_after_batches,
+        )
+        with db.connect(url, autocommit=True) as watch, track("rows checked", total, partial(_done, watch, import_id)):
+            _as_json_lines(keyed).mapPartitionsWithIndex(load).count()
     finally:
         numbered.unpersist()
     # counts and rejects from the ledger: one per row, whatever tasks Spark ran twice
@@ -236,7 +275,14 @@ def run_import(
         counts = {outcome: int(n) for outcome, n in zip(OUTCOMES, totals, strict=True)}
         written = _write_rejects(target, conn.execute(db.q("import_rejects"), {"import_id": import_id}))
         conn.execute(db.q("import_finish"), {"import_id": import_id, "counts": Jsonb(counts)})
-    return ImportResult(counts=counts, rejects_path=target, rejects=written)
+    return ImportResult(counts=counts, rejects_path=target, rejects=written, rows=total)
+
+
+def _done(conn: psycopg.Connection[Any], import_id: int) -> tuple[int, str]:
+    """Progress from the ledger: rows checked and decided, and how many of them were written."""
+    row = conn.execute(db.q("import_progress"), {"import_id": import_id}).fetchone()
+    checked, written = (int(row[0]), int(row[1])) if row else (0, 0)
+    return checked, f"{written:,} written"
 
 
 def _as_json_lines(frame: DataFrame) -> RDD[str]:
@@ -284,7 +330,7 @@ def _load_partition(
 ) -> Iterator[int]:
     """Load a partition's rows batch by batch, each batch in its own transaction; yield the batch numbers."""
     now = datetime.now(UTC)
-    with psycopg.connect(url, options="-c TimeZone=UTC", application_name="tickler-import") as conn:
+    with db.connect(url, application_name="tickler-import") as conn:
         for number, batch in enumerate(_batches(map(json.loads, rows), batch_rows)):
             with conn.transaction():
                 _load_batch(conn, {"import_id": import_id, "part": part, "batch": number}, batch, now=now, **rules_)

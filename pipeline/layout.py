@@ -4,7 +4,9 @@ Each row carries its archive run in the column `run`; a file written by a run is
 `run-<id>-...parquet`, so that a rerun of an unfinished run can remove what it placed before. A run
 is written under `<table>/_staging/run=<id>/` first (Spark skips directories starting with `_`),
 then its files are moved into the partitions. Compaction merges a partition's files into one
-(`compact-*.parquet`), rows of several runs together.
+(`compact-*.parquet`), rows of several runs together. Which files hold committed data is the
+manifest's to say (pipeline/manifest.py): a directory holds files of runs not yet committed, and
+files a compaction replaced, for a while.
 
 Files are handled through Hadoop's FileSystem (the one Spark writes with), so a URI such as
 `s3a://...` works as a local path does.
@@ -15,8 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 TABLES = ("events", "timeline")
 STAGING = "_staging"
@@ -43,38 +44,12 @@ def run_prefix(run_id: int) -> str:
     return f"run-{run_id}-"
 
 
-def read_table(spark: SparkSession, location: str, table: str) -> DataFrame | None:
-    """Every archived row of `table` at `location` (columns run, queue, date among them); None if empty."""
-    files = Files(spark)
-    root = table_root(location, table)
-    if not files.exists(root) or not files.partition_files(root):
-        return None
-    return spark.read.parquet(root)
-
-
-def read_runs(spark: SparkSession, runs: list[tuple[int, str]], table: str) -> DataFrame | None:
-    """The archived rows of `table` of these (run id, location) pairs, with columns run, queue, date."""
-    by_location: dict[str, list[int]] = {}
-    for run_id, location in runs:
-        by_location.setdefault(location, []).append(run_id)
-    frames = []
-    for location, ids in by_location.items():
-        frame = read_table(spark, location, table)
-        if frame is not None:
-            frames.append(frame.where(F.col("run").isin(ids)))
-    if not frames:
-        return None
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.unionByName(frame)
-    return result
-
-
 class Files:
     """The few file operations the archive needs, on Hadoop's FileSystem of each path."""
 
     def __init__(self, spark: SparkSession) -> None:
         jvm: Any = spark.sparkContext._jvm
+        self._jvm = jvm
         self._path = jvm.org.apache.hadoop.fs.Path
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
 
@@ -116,6 +91,25 @@ class Files:
     def delete(self, path: str) -> None:
         fs, p = self._fs(path)
         fs.delete(p, True)
+
+    def read_text(self, path: str) -> str:
+        fs, p = self._fs(path)
+        stream = fs.open(p)
+        try:
+            jvm: Any = self._jvm
+            return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def write_text(self, path: str, text: str) -> None:
+        """A whole new file (an existing one is an error)."""
+        fs, p = self._fs(path)
+        fs.mkdirs(p.getParent())
+        stream = fs.create(p, False)
+        try:
+            stream.write(bytearray(text.encode()))
+        finally:
+            stream.close()
 
     def touch(self, path: str) -> None:
         """An empty file (a marker)."""

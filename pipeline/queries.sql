@@ -30,12 +30,15 @@ JOIN tickler_archive_item AS i ON i.event_id = e.id
 
 -- name: source_archive_timeline
 -- Timeline entries of the events of unfinished archive runs, filed under their event's finish date.
+-- The timeline is reached through its key (queue, item_key: its primary key's prefix), never by
+-- event_id alone, which no index covers: should the items' statistics be off, the worst plan is
+-- an index probe per item, not a scan of the timeline per item (one run took ten minutes).
 SELECT t.event_id, t.id, t.queue, t.item_key, t.at, t.action, t.actor, t.schedule_on,
        CAST(t.details AS text) AS details,
        i.run_id, to_char(e.dequeued_on AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS date
-FROM tickler_timeline AS t
-JOIN tickler_archive_item AS i ON i.event_id = t.event_id
-JOIN tickler_event_history AS e ON e.id = t.event_id
+FROM tickler_archive_item AS i
+JOIN tickler_event_history AS e ON e.id = i.event_id
+JOIN tickler_timeline AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
 
 -- name: id_bounds_events
 -- Bounds of the partition column of source_events (partitioned reads split this range).
@@ -52,7 +55,7 @@ SELECT id, location, state FROM tickler_archive_run WHERE state = 'deleted' ORDE
 
 -- name: archive_runs_at
 -- The archived runs at one location, with what their files must hold (compaction checks them).
-SELECT id, event_count, event_id_sum, timeline_count, timeline_id_sum
+SELECT id, cutoff, event_count, event_id_sum, timeline_count, timeline_id_sum
 FROM tickler_archive_run WHERE state = 'deleted' AND location = %(location)s ORDER BY id
 
 -- name: archive_lock
@@ -94,7 +97,9 @@ SET event_count = ev.n, event_id_sum = ev.id_sum, min_event_id = ev.min_id, max_
 FROM (SELECT count(*) AS n, coalesce(sum(event_id), 0) AS id_sum, min(event_id) AS min_id, max(event_id) AS max_id
       FROM tickler_archive_item WHERE run_id = %(run_id)s) AS ev,
      (SELECT count(*) AS n, coalesce(sum(t.id), 0) AS id_sum
-      FROM tickler_timeline AS t JOIN tickler_archive_item AS i ON i.event_id = t.event_id
+      FROM tickler_archive_item AS i
+      JOIN tickler_event AS e ON e.id = i.event_id
+      JOIN tickler_timeline AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
       WHERE i.run_id = %(run_id)s) AS tl
 WHERE r.id = %(run_id)s
 RETURNING r.*
@@ -110,10 +115,11 @@ RETURNING id
 SELECT * FROM tickler_archive_run WHERE id = %(run_id)s AND state = 'written' FOR UPDATE
 
 -- name: delete_run_timeline
--- Remove the run's timeline entries (tickler.archiving must be on in this transaction).
+-- Remove the run's timeline entries (tickler.archiving must be on in this transaction), found
+-- through their key as source_archive_timeline finds them (their events are still there).
 DELETE FROM tickler_timeline AS t
-USING tickler_archive_item AS i
-WHERE i.run_id = %(run_id)s AND t.event_id = i.event_id
+USING tickler_archive_item AS i JOIN tickler_event AS e ON e.id = i.event_id
+WHERE i.run_id = %(run_id)s AND t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
 
 -- name: record_archived_keys
 -- Tell the timeline where each key's older history went.
@@ -156,6 +162,11 @@ progress AS (
     SET archived_through = greatest(p.archived_through, excluded.archived_through), updated_on = now()
 )
 SELECT id FROM marked
+
+-- name: analyze_items
+-- Statistics for the run's items, once recorded: the planner would otherwise price the joins of
+-- the run's reads for the one row an empty table had (autovacuum notices far too late).
+ANALYZE tickler_archive_item
 
 -- name: analyze_after_delete
 -- Fresh statistics once a run's history is gone (finished events are in their own table since
@@ -247,6 +258,12 @@ COPY tickler_import_reject (import_id, row_number, outcome, reason, cells) FROM 
 SELECT coalesce(sum(created), 0) AS created, coalesce(sum(replaced), 0) AS replaced,
        coalesce(sum(debounced), 0) AS debounced, coalesce(sum(ignored), 0) AS ignored, coalesce(sum(rejected), 0) AS rejected,
        coalesce(sum(invalid), 0) AS invalid, coalesce(sum(duplicate), 0) AS duplicate
+FROM tickler_import_batch WHERE import_id = %(import_id)s
+
+-- name: import_progress
+-- Rows an import's committed batches checked and decided, and how many of them it wrote.
+SELECT coalesce(sum(created + replaced + debounced + ignored + rejected + invalid + duplicate), 0) AS checked,
+       coalesce(sum(created + replaced + debounced), 0) AS written
 FROM tickler_import_batch WHERE import_id = %(import_id)s
 
 -- name: import_rejects

@@ -27,7 +27,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from tickler.pipeline import layout
+from tickler.pipeline import manifest
 from tickler.pipeline.source import EVENTS, TIMELINE, Source
 from tickler.scheduler.states import Action
 
@@ -54,7 +54,7 @@ LATENESS_BUCKETS: tuple[tuple[str, float | None], ...] = (
 )
 TABLES = ("daily", "summary", "lateness_histogram", "top_failures", "hourly", "attempts_histogram", "dead_reasons")
 
-_EVENT_COLUMNS = ["id", "queue", "group_key", "enqueued_on", "enqueued_by", "redeliver_count"]
+_EVENT_COLUMNS = ["id", "queue", "group_key", "enqueued_on", "enqueued_by", "dequeued_on", "redeliver_count"]
 _TIMELINE_COLUMNS = ["id", "queue", "event_id", "at", "action", "actor", "schedule_on", "details"]
 
 
@@ -81,19 +81,32 @@ class ReportResult:
     tables: dict[str, list[dict[str, Any]]]
 
 
-def load_history(spark: SparkSession, source: Source) -> tuple[DataFrame, DataFrame]:
-    """Events and timeline entries: the live tables plus every archived run, as of one snapshot."""
+def load_history(spark: SparkSession, source: Source, period: Period | None = None) -> tuple[DataFrame, DataFrame]:
+    """Events and timeline entries: the live tables plus every archived run, as of one snapshot.
+
+    With a period, only what the report of that period needs (the filters reach PostgreSQL through
+    JDBC, and the archive's days before it are not opened): events enqueued before its end that
+    had not finished before it began (an event's entries all come before it finishes), and of
+    the timeline the entries in it plus the entries that set a schedule (a delivery's lateness
+    goes by the schedule asked for, however long before)."""
     [event_bounds] = source.rows("id_bounds_events")
     [timeline_bounds] = source.rows("id_bounds_timeline")
     events = source.read(EVENTS, event_bounds).select(*_EVENT_COLUMNS)
     timeline = source.read(TIMELINE, timeline_bounds).select(*_TIMELINE_COLUMNS)
     runs = [(int(run_id), str(location)) for run_id, location, _ in source.rows("archive_runs_readable")]
-    archived_events = layout.read_runs(spark, runs, "events")
-    archived_timeline = layout.read_runs(spark, runs, "timeline")
+    since = period.since if period else None
+    archived_events = manifest.read_runs(spark, runs, "events", since=since)
+    archived_timeline = manifest.read_runs(spark, runs, "timeline", since=since)
     if archived_events is not None:
         events = events.unionByName(archived_events.select(*_EVENT_COLUMNS))
     if archived_timeline is not None:
         timeline = timeline.unionByName(archived_timeline.select(*_TIMELINE_COLUMNS))
+    if period is not None:
+        start, end = F.lit(period.start), F.lit(period.end)
+        finished_in_time = F.col("dequeued_on").isNull() | (F.col("dequeued_on") >= start)
+        events = events.where((F.col("enqueued_on") < end) & finished_in_time)
+        sets_schedule = F.col("action").isin(*[str(a) for a in CLIENT_SCHEDULE_ACTIONS])
+        timeline = timeline.where((F.col("at") < end) & ((F.col("at") >= start) | sets_schedule))
     return events, with_claims(timeline)
 
 
@@ -312,12 +325,11 @@ def run_report(spark: SparkSession, source: Source, out_dir: Path, period: Perio
     """Compute the report, write each table as Parquet under `out_dir` and the HTML beside them."""
     from tickler.pipeline.report_html import render
 
-    events, timeline = load_history(spark, source)
-    # Nothing after the period matters (these filters reach PostgreSQL through JDBC), and every
-    # table reads the same history: read it once.
-    end = F.lit(period.end)
-    events = events.where(events.enqueued_on < end).persist(StorageLevel.MEMORY_AND_DISK)
-    timeline = timeline.where(timeline.at < end).persist(StorageLevel.MEMORY_AND_DISK)
+    events, timeline = load_history(spark, source, period)
+    # every table reads the same history: read it once (claims carried in details come out of
+    # rows before the period's end, and may lie before its start: kept, as compute() filters)
+    events = events.persist(StorageLevel.MEMORY_AND_DISK)
+    timeline = timeline.where(timeline.at < F.lit(period.end)).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         found = {
             name: (frame.collect(), frame.schema) for name, frame in compute(events, timeline, period, top).items()

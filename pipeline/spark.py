@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -108,6 +110,9 @@ def create_session(
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         # partition values are strings (a queue named "2024" stays a string)
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+        # Parquet's own UTC timestamp type, which every reader knows (Spark's default, INT96, is
+        # deprecated and read as local time by some)
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     }
     conf = dict(conf or {})
     # PySpark takes the workers' Python from PYSPARK_PYTHON when the context starts, not from
@@ -140,6 +145,53 @@ def create_session(
     except Exception as error:  # the JVM did not start: say why in one line, not a stack trace
         raise PipelineError(f"Spark did not start on {master}: {one_line(error)}") from None
     session.sparkContext.setLogLevel("ERROR")
+    # py4j says INFO lines as connections close, some from __del__ at the interpreter's exit, to
+    # whatever handler the root logger has by then (one writing to a closed stream logs a "Logging
+    # error" traceback). Its warnings and errors still pass.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     if shipped is not None:
         session.sparkContext.addPyFile(str(shipped))
     return session
+
+
+def stop_session(session: Any) -> None:
+    """Stop Spark and the Python side of its bridge now, rather than at the interpreter's exit."""
+    session.stop()
+
+
+# Causes Spark logs but does not put in the exception it raises ("An error occurred while calling
+# None.org.apache.spark.api.java.JavaSparkContext"): the line of the log that names them.
+_LOGGED_CAUSES = ("All masters are unresponsive",)
+
+
+def log_cause(log: Path) -> str | None:
+    """The cause of a failure, as the tail of the JVM's log names it; None if it names none."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - 256 * 1024))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for cause in _LOGGED_CAUSES:
+        if cause in tail:
+            line = next(line for line in reversed(tail.splitlines()) if cause in line)
+            return line[line.index(cause) :].strip()
+    return None
+
+
+def check_master(master: str, timeout: float = 10.0) -> None:
+    """For a standalone master (spark://host:port[,host:port...]): one of them accepts a connection.
+
+    Spark itself tries three times, 20 s apart, then fails with a message that does not say why."""
+    if not master.startswith("spark://"):
+        return
+    problems = []
+    for address in master[len("spark://") :].split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host or address, int(port or 7077)), timeout=timeout).close()
+            return
+        except (OSError, ValueError) as error:
+            problems.append(f"{address}: {error.strerror if isinstance(error, OSError) and error.strerror else error}")
+    raise PipelineError(f"All masters are unresponsive: cannot connect to the Spark master {master} "
+                        f"({'; '.join(problems)})")  # fmt: skip

@@ -20,11 +20,13 @@ def spark() -> Iterator[Any]:
     """One local Spark for every pipeline test (starting one takes seconds)."""
     if shutil.which("java") is None:
         pytest.skip("Spark needs Java 17 (apt-get install openjdk-17-jre-headless; .ci/run does)")
-    from tickler.pipeline.spark import create_session, jdbc_jar  # pyspark only for the tests that use it
+    from tickler.pipeline.spark import create_session, jdbc_jar, stop_session  # pyspark only for the tests that use it
 
     session = create_session("local[2]", jar=jdbc_jar(), conf={"spark.sql.shuffle.partitions": "4"})
     yield session
-    # stopped by the interpreter's exit (several test modules share it)
+    # Stopped here, while pytest's streams are open: left to the interpreter's exit, py4j's
+    # shutdown logs to a closed stream and `make test` ended with a "Logging error" traceback.
+    stop_session(session)
 
 
 @pytest.fixture

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import date
+import json
+import shutil
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from tests.test_pipeline_support import (
     known_history,
     save,
 )
-from tickler.pipeline import compact
+from tickler.pipeline import manifest
 from tickler.pipeline.archive import ArchiveMismatch, SourceOptions, run_archive
 from tickler.pipeline.compact import run_compact
 from tickler.pipeline.report import Period, run_report
@@ -37,9 +39,9 @@ class Crash(Exception):
 
 
 def crash_at(stage: str) -> Any:
-    def hook(reached: str, run_id: int) -> None:
+    def hook(reached: str, which: Any) -> None:
         if reached == stage:
-            raise Crash(f"crashed after {stage} of run {run_id}")
+            raise Crash(f"crashed after {stage} of {which}")
 
     return hook
 
@@ -55,7 +57,21 @@ def finished_ids(raw: psycopg.Connection[Any]) -> list[int]:
 
 
 def archived(spark: Any, location: Path, table: str) -> Any:
+    """What a reader of the manifest sees: the committed rows."""
+    frame = manifest.read_committed(spark, str(location), table)
+    return frame if frame is not None else spark.createDataFrame([], "id long, run long, queue string, date string")
+
+
+def on_disk(spark: Any, location: Path, table: str) -> Any:
+    """What a reader listing the directories sees (committed or not)."""
     return spark.read.parquet(str(location / table))
+
+
+def committed_files(location: Path) -> list[Path]:
+    """The files the newest manifest lists."""
+    newest = sorted((location / "_manifest").glob("v-*.json"))[-1]
+    listed = json.loads(newest.read_text())["files"]
+    return sorted(location / table / name for table in ("events", "timeline") for name in listed[table])
 
 
 @pytest.fixture
@@ -83,10 +99,12 @@ def test_archive_survives_a_crash_between_write_and_delete(
 
     with pytest.raises(Crash):
         run_archive(spark, database_url, location=str(location), cutoff=CUTOFF, hook=crash_at("verified"))
-    # written and verified, not deleted: everything is still in PostgreSQL
+    # written and verified, not deleted: everything is still in PostgreSQL, and readers of the
+    # archive do not see the run yet
     assert one(raw, "SELECT state FROM tickler_archive_run") == "written"
     assert finished_ids(raw) == moving
-    assert archived(spark, location, "events").count() == 12
+    assert on_disk(spark, location, "events").count() == 12
+    assert archived(spark, location, "events").count() == 0
 
     analysed = one(raw, "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'tickler_event_history'")
     # the rerun finishes that run (from the ledger's state: no second write)
@@ -139,7 +157,7 @@ def test_a_crash_before_verifying_rewrites_the_run_whole(
     stray = location / "events" / "queue=emails" / "date=2026-11-02"
     first = next(stray.glob("run-1-*.parquet"))
     (stray / "run-1-part-stray.parquet").write_bytes(first.read_bytes())
-    assert archived(spark, location, "events").count() == 12 + 10
+    assert on_disk(spark, location, "events").count() == 12 + 10
 
     # the rerun first finishes run 1 with its own cut-off, then moves what finished before the new one
     first_run, second = run_archive(spark, database_url, location=str(location), cutoff=at("2026-11-04 00:00:00"))
@@ -171,13 +189,9 @@ def test_nothing_is_deleted_when_the_rows_changed_since_they_were_counted(
     assert one(raw, "SELECT state FROM tickler_archive_run") == "written"
 
 
-def parquet_files(location: Path) -> list[Path]:
-    return sorted(p for p in location.rglob("*.parquet") if not any(part.startswith("_") for part in p.parts))
-
-
 @pytest.mark.usefixtures("history")
 def test_compaction_merges_each_partition_and_keeps_every_row_once(
-    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     location = tmp_path / "archive"
     # three runs of at most 4 events: several files in each partition
@@ -186,30 +200,35 @@ def test_compaction_merges_each_partition_and_keeps_every_row_once(
     moved = {r["id"] for r in archived(spark, location, "events").select("id").collect()}
     assert len(moved) == 12 and one(raw, "SELECT count(*) FROM tickler_archive_run") == 3
     entries = archived(spark, location, "timeline").count()
-    before = parquet_files(location)
+    before = committed_files(location)
     assert len(before) > 4  # 2 tables x 2 partitions, more than one file in some
 
-    # a compaction that dies once its merged file is ready, before it swapped: the next one finishes
-    swap = compact._swap
-    monkeypatch.setattr(compact, "_swap", lambda *a: (_ for _ in ()).throw(Crash("crashed before the swap")))
+    # a compaction that dies once its merged files are in place, before the manifest lists them
     with pytest.raises(Crash):
-        run_compact(spark, database_url, location=str(location))
-    monkeypatch.setattr(compact, "_swap", swap)
-    assert parquet_files(location) == before  # nothing visible changed
+        run_compact(spark, database_url, location=str(location), hook=crash_at("merged"))
+    assert committed_files(location) == before  # nothing a reader sees changed
+    assert list(location.rglob("compact-*.parquet"))  # the unlisted merged files of the crash
     result = run_compact(spark, database_url, location=str(location))
     assert (result.files_after, result.runs_checked) == (4, 3)
-    after = parquet_files(location)
+    after = committed_files(location)
     assert len(after) == 4 and any(p.name.startswith("compact-") for p in after)  # one file a partition
-    assert not [p for p in location.rglob("_compact-*")]
+    # the crash's merged files are gone; the replaced files stay a while for readers of the old version
+    assert sorted(location.rglob("compact-*.parquet")) == [p for p in after if p.name.startswith("compact-")]
+    assert all(p.exists() for p in before)
+    assert not list(location.rglob("_compact-*"))
     events = archived(spark, location, "events")
     assert sorted(r["id"] for r in events.select("id").collect()) == sorted(moved)
     assert archived(spark, location, "timeline").count() == entries
     assert {r["run"] for r in events.select("run").distinct().collect()} == {1, 2, 3}
     check_known_answers(report_tables(spark, database_url, tmp_path / "report"))
 
+    # once their grace is over, a later job deletes the replaced files
+    run_compact(spark, database_url, location=str(location), keep_replaced=timedelta(0))
+    assert not any(p.exists() for p in set(before) - set(after)) and committed_files(location) == after
+
     # the ledger checks see a lost file
     after[0].unlink()
-    with pytest.raises(ArchiveMismatch, match="the ledger says"):
+    with pytest.raises(ArchiveMismatch, match="missing"):
         run_compact(spark, database_url, location=str(location))
 
 
@@ -218,3 +237,81 @@ def test_the_timeline_stays_append_only_outside_the_archive(raw: psycopg.Connect
     save(raw, known_history()[:1])
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         raw.execute("DELETE FROM tickler_timeline")
+
+
+def read_like_an_outsider(spark: Any, location: Path) -> tuple[dict[str, Any], dict[str, list[tuple[int, int]]]]:
+    """docs/pipeline.md's recipe, with nothing of tickler: the newest manifest, then exactly its files
+    with a plain Parquet reader. Returns the manifest and (run, id) of every row of each table."""
+    versions = sorted((location / "_manifest").glob("v-*.json"))
+    if not versions:
+        return {"runs": []}, {"events": [], "timeline": []}
+    listed = json.loads(versions[-1].read_text())
+    rows = {}
+    for table in ("events", "timeline"):
+        paths = [str(location / table / name) for name in listed["files"][table]]
+        frame = spark.read.parquet(*paths).select("run", "id") if paths else None
+        rows[table] = [(r["run"], r["id"]) for r in frame.collect()] if frame is not None else []
+    return listed, rows
+
+
+@pytest.mark.usefixtures("history")
+def test_a_reader_sees_whole_runs_only_during_archive_runs_and_a_compaction(
+    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """At every step of three archive runs and of a compaction, a reader of the archive sees whole
+    runs whose rows have left PostgreSQL, each row once: never a run half-moved, rows still live,
+    or a compacted partition twice or not at all."""
+    location = tmp_path / "archive"
+    seen: list[tuple[str, list[int]]] = []
+
+    def check(stage: str, which: Any) -> None:
+        listed, rows = read_like_an_outsider(spark, location)
+        runs = sorted(int(r["run"]) for r in listed["runs"])
+        for table, figure in (("events", "event_count"), ("timeline", "timeline_count")):
+            assert len(rows[table]) == len(set(rows[table])), f"{stage}: a {table} row twice"
+            assert sorted({run for run, _ in rows[table]}) == runs, f"{stage}: rows of runs not listed"
+            for run in runs:
+                ledger = one(raw, f"SELECT {figure} FROM tickler_archive_run WHERE id = %s", run)
+                assert sum(1 for r, _ in rows[table] if r == run) == ledger, f"{stage}: run {run} partial"
+        if runs:  # every run a reader sees has left PostgreSQL
+            assert one(raw, "SELECT count(*) FROM tickler_archive_run WHERE id = ANY(%s) AND state = 'deleted'",
+                       runs) == len(runs)  # fmt: skip
+            ids = [i for _, i in rows["events"]]
+            assert one(raw, "SELECT count(*) FROM tickler_event WHERE id = ANY(%s)", ids) == 0
+        seen.append((stage, runs))
+
+    for _ in range(3):
+        run_archive(spark, database_url, location=str(location), cutoff=CUTOFF, limit=4, hook=check)
+    run_compact(spark, database_url, location=str(location), hook=check)
+    assert [runs for stage, runs in seen if stage == "committed"] == [[1], [1, 2], [1, 2, 3]]
+    assert [runs for stage, runs in seen if stage in ("merged", "published")] == [[1, 2, 3]] * 4
+    assert {stage for stage, _ in seen} == {"selected", "written", "verified", "deleted", "committed", "merged",
+                                            "published"}  # fmt: skip
+
+
+@pytest.mark.usefixtures("history")
+def test_an_archive_from_before_manifests_gets_one_and_a_half_done_compaction_is_finished(
+    spark: Any, database_url: str, tmp_path: Path
+) -> None:
+    location = tmp_path / "archive"
+    for _ in range(2):
+        run_archive(spark, database_url, location=str(location), cutoff=CUTOFF, limit=4)
+    moved = sorted(r["id"] for r in archived(spark, location, "events").select("id").collect())
+    shutil.rmtree(location / "_manifest")  # as the release before manifests left it
+    # ... with a compaction of that release that died after its `ready` marker, mid-swap
+    partition = location / "events" / "queue=emails" / "date=2026-11-02"
+    olds = sorted(partition.glob("run-*.parquet"))
+    assert len(olds) == 2
+    work = partition / "_compact-0123abcd"
+    merged = spark.read.parquet(*[str(p) for p in olds])
+    merged.coalesce(1).write.parquet(str(work / "data"))
+    for old in olds:
+        (work / "replaces").mkdir(exist_ok=True)
+        (work / "replaces" / old.name).touch()
+    (work / "ready").touch()
+    olds[0].unlink()
+
+    result = run_compact(spark, database_url, location=str(location))
+    assert result.runs_checked == 2  # every run whole, as its ledger row says
+    assert sorted(r["id"] for r in archived(spark, location, "events").select("id").collect()) == moved
+    assert not work.exists() and not olds[1].exists()

@@ -133,3 +133,55 @@ def test_import_on_a_standalone_cluster_with_bare_executors(
     assert f"{'created':<10} {50:>12,}" in run.stdout and f"{'invalid':<10} {1:>12,}" in run.stdout, run.stdout
     found = raw.execute("SELECT count(*), count(DISTINCT item_key) FROM tickler_event_all WHERE queue = 'emails'")
     assert found.fetchone() == (50, 50)
+
+
+@pytest.fixture
+def master_alone(tmp_path: Path) -> Iterator[str]:
+    """spark://host:port of a master whose only worker is gone (none was started)."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1"}
+    port, ui = _free_port(), _free_port()
+    log = tmp_path / "master.log"
+    with log.open("wb") as out:
+        master = subprocess.Popen(
+            [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+             "--port", str(port), "--webui-port", str(ui)],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+
+        def up() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as answer:
+                    return json.load(answer).get("status") == "ALIVE"
+            except OSError:
+                return False
+
+        wait_until(up, timeout=150, interval=0.5, what=lambda: log.read_text()[-2000:])
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        _stop(master)
+
+
+def test_a_job_without_executors_says_it_waits_and_stops_at_its_timeout(
+    master_alone: str, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Losing the cluster's only worker hung the job forever without a line of progress."""
+    add_queue(raw, "emails")
+    source = tmp_path / "campaign.csv"
+    source.write_text('item_key,data\nk1,"{}"\n')
+    env = {**os.environ, "TICKLER_DATABASE_URL": database_url}
+    run = subprocess.run(
+        [sys.executable, "-m", "tickler.cli", "pipeline", "import", str(source), "--principal", "ops",
+         "--queue", "emails", "--master", master_alone, "--conf", "spark.driver.host=127.0.0.1",
+         "--timeout", "40", "--json"],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).parent.parent, timeout=240, check=False,
+    )  # fmt: skip
+    summary = json.loads(run.stdout)
+    assert (run.returncode, summary["exit_code"]) == (1, 1), run.stderr[-3000:]
+    assert summary["error"].startswith("timed out after 40 s (--timeout)")
+    # stderr is no terminal: plain lines, and the heartbeat says what the job waits for
+    assert "waiting for executors: 1 stage, 0/" in run.stderr, run.stderr[-3000:]
+    assert "no executor registered" in run.stderr

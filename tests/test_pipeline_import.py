@@ -332,3 +332,40 @@ def test_cli_says_in_one_line_what_is_missing(database_url: str, tmp_path: Path)
         2,
         f"tickler pipeline: the JDBC driver jar {tmp_path}/missing.jar does not exist",
     )
+
+
+@pytest.mark.usefixtures("queues", "spark")
+def test_an_import_where_no_row_is_valid_exits_3(
+    tmp_path: Path, raw: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, database_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("TICKLER_DATABASE_URL", database_url)
+    source = write_csv(tmp_path / "bad.csv", ROWS[10:14])
+    common = ["--principal", "ops", "--queue", "emails", "--master", "local[2]", "--json"]
+    assert pipeline_main(["import", source, *common]) == 3
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["status"], summary["exit_code"], summary["rows"]) == ("failed", 3, 4)
+    assert summary["counts"]["invalid"] == 4 and summary["rejects"] == 4
+    assert "none of the 4 rows" in summary["error"]
+    assert one(raw, "SELECT count(*) FROM tickler_event") == 0
+
+
+@pytest.mark.usefixtures("queues", "spark")
+def test_max_invalid_refuses_the_whole_file_before_writing(
+    small_csv: str, raw: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ["--principal", "ops", "--queue", "emails", "--master", "local[2]", "--json"]
+    # one invalid row of four: more than 0, more than 20% (0 rows)
+    for limit in ("0", "20%"):
+        assert pipeline_main(["import", small_csv, *common, "--max-invalid", limit]) == 3
+        summary = json.loads(capsys.readouterr().out)
+        assert summary["error"] == (
+            f"1 of the 4 rows of {small_csv} fail the row checks, more than --max-invalid {limit} allows; "
+            "nothing was imported"
+        )
+        assert one(raw, "SELECT count(*) FROM tickler_event") == 0
+    # within the limit (25% of 4 is 1): imported as without it
+    assert pipeline_main(["import", small_csv, *common, "--max-invalid", "25%"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["counts"]["created"] == 3 and summary["counts"]["invalid"] == 1
+    assert one(raw, "SELECT count(*) FROM tickler_event") == 3

@@ -212,7 +212,7 @@ def test_cancel_buttons(client: FlaskClient, admin_token: str, emails: str) -> N
     done = client.post(
         "/ui/queues/emails/events/cancel", data={"csrf_token": csrf, "item_key_prefix": "a:"}, follow_redirects=True
     )
-    assert "Cancelled 2 open events" in done.get_data(as_text=True)
+    assert "Cancelled 2 pending events" in done.get_data(as_text=True)
 
 
 def test_pages_carry_security_headers(client: FlaskClient, admin_token: str) -> None:

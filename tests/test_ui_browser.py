@@ -8,79 +8,17 @@ TICKLER_UI_SCREENSHOTS=<dir> the tests also save a screenshot of every page ther
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import pytest
-
 from tests import ui_demo
+from tests.ui_browser import browser, demo, dialogs, needs_chromium, page, playwright_sync, shot, sign_in
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.store import Store
 from tickler.scheduler.store.dashboard import DashboardStore
 
-playwright_sync = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-
-CHROMIUM = os.environ.get("TICKLER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",  # root, in a container
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-SHOTS = os.environ.get("TICKLER_UI_SCREENSHOTS")
-
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(),
-    reason=f"no Chromium at {CHROMIUM}: apt-get install chromium chromium-driver (as .ci/run does)",
-)
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    """One headless Chromium for the whole session; each test gets its own context (cookies)."""
-    with playwright_sync.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 860})
-    context.set_default_timeout(10_000)
-    page = context.new_page()
-    page.on("dialog", lambda dialog: dialog.accept())  # the confirm() of bulk and destructive buttons
-    yield page
-    context.close()
-
-
-@pytest.fixture
-def demo(store: Store) -> dict[str, Any]:
-    return ui_demo.populate(store, scale=1.0 if SHOTS else 0.1)
-
-
-def shot(page: Any, name: str) -> None:
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SHOTS) / f"ui-{name}.png"), full_page=True)
-
-
-def sign_in(page: Any, base: str, token: str, then: str | None = None) -> None:
-    """Sign in with `token` (landing on the overview), then open the page at path `then` if given."""
-    page.goto(f"{base}/ui/")
-    assert "/ui/sign-in" in page.url
-    shot(page, "sign-in")
-    page.fill("#token", token)
-    page.click("button:has-text('Sign in')")
-    page.wait_for_url(f"{base}/ui/")
-    if then is not None:
-        page.goto(f"{base}{then}")
+pytestmark = needs_chromium
+__all__ = ["browser", "demo", "dialogs", "page"]  # fixtures, shared with the other browser tests
 
 
 def test_sign_in_find_a_key_read_its_timeline_and_retry_it(
@@ -104,17 +42,19 @@ def test_sign_in_find_a_key_read_its_timeline_and_retry_it(
     page.click("button:has-text('Open')")
     page.wait_for_url(f"{live_server}/ui/queues/emails/events/{quote(ui_demo.STORY_KEY, safe=':@')}")
     actions = page.locator("ol.timeline .tl-action").all_inner_texts()
-    assert actions == ["enqueued", "claimed", "failed", "claimed", "failed", "claimed", "dead"]
+    assert actions == ["dead", "claimed", "failed", "claimed", "failed", "claimed", "enqueued"]  # newest first
     timeline = page.locator("ol.timeline").inner_text()
     assert "HTTP 500 from https://hooks.example/mail" in timeline
     assert "worker-2" in timeline
     assert "attempt" in timeline
+    # The data as sent, readable: no \u0027 or \u003c escapes.
+    assert '"to": "Ana O\'Neil <ana@example.com>"' in page.locator("pre.data").inner_text()
     shot(page, "key")
 
-    page.click(".event-head button:has-text('Retry')")
+    page.click("form.act button:has-text('Retry')")
     assert "Retried" in page.locator(".flash-ok").inner_text()
     assert page.locator(".event-head .status").inner_text() == "pending"
-    assert page.locator("ol.timeline .tl-action").all_inner_texts()[-1] == "retried"
+    assert page.locator("ol.timeline .tl-action").all_inner_texts()[0] == "retried"
     assert store.events.get("emails", ui_demo.STORY_KEY).status == "pending"
 
 
@@ -133,11 +73,12 @@ def test_the_overview_refreshes_itself(
 
 
 def test_pause_and_resume_a_queue(
-    page: Any, live_server: str, admin_token: str, demo: dict[str, Any], store: Store
+    page: Any, live_server: str, admin_token: str, demo: dict[str, Any], store: Store, dialogs: list[str]
 ) -> None:
     sign_in(page, live_server, admin_token, then="/ui/queues/emails")
     page.click("button:text-is('Pause')")
     assert page.locator("h1 .badge").inner_text() == "paused"
+    assert dialogs[0].startswith("Pause emails?")  # it asked first
     assert _paused(store, "emails")
     page.click("button:text-is('Resume')")
     assert page.locator("h1 .badge").inner_text() == "running"

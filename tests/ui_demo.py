@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from tickler.config import Settings
 from tickler.scheduler.models import NewEvent, Queue
-from tickler.scheduler.store import QueueSettings, Store
+from tickler.scheduler.store import QueueSettings, ScheduleSpec, Store
 
 # The key whose page the screenshots show: it failed twice, then ran out of attempts.
 STORY_KEY = "welcome:ana@example.com"
@@ -43,7 +43,8 @@ def _hour(store: Store, queue: Queue, *, per_minute: int, failing: float, rng: r
 def _story(store: Store, queue: Queue, now: datetime) -> None:
     """STORY_KEY: enqueued 50 minutes ago, failed three times, dead (other due events are delivered)."""
     at = now - timedelta(minutes=50)
-    story = NewEvent(item_key=STORY_KEY, data={"template": "welcome", "to": "ana@example.com"}, max_attempts=3)
+    data = {"template": "welcome", "to": "Ana O'Neil <ana@example.com>", "locale": "pt-PT", "vars": {"plan": "Pro"}}
+    story = NewEvent(item_key=STORY_KEY, data=data, max_attempts=3)
     store.events.schedule(queue, story, actor="signup-service", now=at)
     errors = [
         "HTTP 500 from https://hooks.example/mail",
@@ -87,4 +88,15 @@ def populate(store: Store, *, now: datetime | None = None, seed: int = 7, scale:
     backlog = [NewEvent(item_key=f"report:{i}", data={}, schedule_on=now - timedelta(minutes=12 - i)) for i in range(6)]
     store.events.schedule_batch(queues["reports"], backlog, actor="reports-service")
     store.queues.pause("reports")
+    # Recurring schedules: each keeps its next occurrence waiting as an event.
+    for queue, key, spec in SCHEDULES:
+        store.schedules.put(queue, key, spec, actor="ops")
     return queues
+
+
+SCHEDULES = (
+    ("emails", "weekly-digest", ScheduleSpec("0 8 * * 1", "Europe/Lisbon", {"template": "digest"})),
+    ("emails", "nightly-cleanup", ScheduleSpec("30 2 * * *", "UTC", {"older_than_days": 30}, paused=True)),
+    ("emails", "trial-reminders", ScheduleSpec("0 9-17/4 * * 1-5", "America/New_York", {"kind": "trial"})),
+    ("billing", "invoice-run", ScheduleSpec("0 6 1 * *", "Europe/Berlin", {"cycle": "monthly"}, group_key="invoices")),
+)

@@ -1,8 +1,9 @@
 """The dashboard at /ui/: server-rendered pages over the store, for people (SPEC §7).
 
-Sign-in puts a token's hash (never the token) into a signed, HttpOnly, SameSite=Strict session
-cookie; every form that changes something carries a CSRF token. The pages read through the store
-only; the buttons call the same store operations as the HTTP API, as the signed-in principal.
+Sign-in starts a session kept on the server, named by a random id in a signed, HttpOnly,
+SameSite=Strict cookie (never the token); every form that changes something carries a CSRF token.
+The pages read through the store only; the buttons call the same store operations as the HTTP
+API, as the signed-in principal.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from flask import Blueprint, Flask, render_template
 from werkzeug.exceptions import HTTPException
 
-from tickler.api.ui import actions, pages, session
+from tickler.api.ui import actions, pages, schedules, session, settings, tokens
 from tickler.scheduler.errors import Invalid, NotFound, TicklerError
 
 bp = Blueprint(
@@ -22,8 +23,11 @@ bp = Blueprint(
     static_url_path="/static",
 )
 session.install(bp)
-pages.install(bp)
 actions.install(bp)
+schedules.install(bp)
+settings.install(bp)
+tokens.install(bp)
+pages.install(bp)  # last: its catch-all answers the paths no other page has
 
 
 @bp.errorhandler(HTTPException)
@@ -49,7 +53,9 @@ def register(app: Flask) -> None:
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict",
         SESSION_COOKIE_SECURE=settings.secure_cookies,
-        PERMANENT_SESSION_LIFETIME=12 * 3600,
+        PERMANENT_SESSION_LIFETIME=session.SESSION_SECONDS,
+        # The cookie keeps the end its session had at sign-in (see DashboardSessions).
+        SESSION_REFRESH_EACH_REQUEST=False,
     )
     if settings.secret_key:
         app.secret_key = settings.secret_key

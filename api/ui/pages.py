@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import urlencode
 
 from flask import Blueprint, redirect, render_template, request, url_for
+from werkzeug.exceptions import NotFound as PageNotFound
 from werkzeug.wrappers import Response
 
 from tickler.api import auth, context
 from tickler.api.ui import charts, format
+from tickler.api.ui.search_form import PAGE_SIZE, SearchForm
 from tickler.api.ui.session import signed_in
-from tickler.api.ui.store import dashboard
+from tickler.api.ui.store import dashboard, reads
 from tickler.scheduler import rules
 from tickler.scheduler.errors import NotFound
 from tickler.scheduler.models import Event, TimelineEntry
-from tickler.scheduler.store.search import ALL_STATUSES, BadCursor, SearchFilter, decode_cursor, encode_cursor
+from tickler.scheduler.store.search import ALL_STATUSES, encode_cursor
+from tickler.scheduler.store.ui_reads import Count
 
-PAGE_SIZE = 50
-# The overview asks the browser to reload it this often (seconds).
+# The overview and a queue's page ask the browser to reload their figures this often (seconds).
 REFRESH_SECONDS = 10
+# A search's total is counted up to this many events, then labelled "more than".
+COUNT_CAP = 10_000
+# Timeline rows on one page of a key.
+TIMELINE_PAGE = 100
 
 
 def install(bp: Blueprint) -> None:
@@ -31,6 +36,8 @@ def install(bp: Blueprint) -> None:
     bp.add_url_rule("/queues/<queue>/find", "find_key", find_key)
     bp.add_url_rule("/queues/<queue>/events/<item_key>", "key", key_page)
     bp.add_url_rule("/leases", "leases", leases_page)
+    # Last: any other path under /ui/ gets the dashboard's own 404 page, with its headers.
+    bp.add_url_rule("/<path:unknown>", "unknown", unknown_page, methods=["GET", "POST"])
     bp.app_context_processor(lambda: {"chart": charts.per_minute_chart})
 
 
@@ -46,7 +53,7 @@ def overview() -> str:
 
 
 def _refresh_seconds() -> int:
-    """`?refresh=N` (2 to 300 seconds) overrides how often the overview reloads itself."""
+    """`?refresh=N` (2 to 300 seconds) overrides how often a page reloads its figures."""
     try:
         asked = int(request.args.get("refresh", REFRESH_SECONDS))
     except ValueError:
@@ -54,108 +61,59 @@ def _refresh_seconds() -> int:
     return min(max(asked, 2), 300)
 
 
-@dataclass
-class SearchForm:
-    """The queue page's search fields as typed, and what is wrong with them."""
-
-    status: str = ""
-    group_key: str = ""
-    item_key_prefix: str = ""
-    since: str = ""
-    cursor: str = ""
-    errors: dict[str, str] | None = None
-
-    @classmethod
-    def from_args(cls, args: dict[str, str]) -> SearchForm:
-        form = cls(
-            status=args.get("status", "").strip(),
-            group_key=args.get("group_key", "").strip(),
-            item_key_prefix=args.get("item_key_prefix", "").strip(),
-            since=args.get("since", "").strip(),
-            cursor=args.get("cursor", "").strip(),
-            errors={},
-        )
-        assert form.errors is not None
-        if form.status and form.status not in ALL_STATUSES:
-            form.errors["status"] = "Not a status."
-        if form.group_key and rules.check_key(form.group_key):
-            form.errors["group_key"] = str(rules.check_key(form.group_key))
-        if len(form.item_key_prefix) > 255:
-            form.errors["item_key_prefix"] = "At most 255 characters."
-        if form.since:
-            try:
-                form.since_time()
-            except ValueError:
-                form.errors["since"] = "A UTC time such as 2026-11-22T09:00 (or RFC 3339 with an offset)."
-        if form.cursor:
-            try:
-                decode_cursor(form.cursor)
-            except BadCursor:
-                form.errors["cursor"] = "Not a cursor from a previous page."
-        return form
-
-    def since_time(self) -> datetime | None:
-        """`since` as typed in a datetime-local field (read as UTC), or RFC 3339 with an offset."""
-        if not self.since:
-            return None
-        try:
-            return rules.parse_rfc3339(self.since)
-        except ValueError:
-            parsed = datetime.fromisoformat(self.since)
-            if parsed.tzinfo is not None:
-                raise ValueError("an offset needs the RFC 3339 form") from None
-            return parsed.replace(tzinfo=UTC)
-
-    def search_filter(self) -> SearchFilter:
-        after = decode_cursor(self.cursor) if self.cursor else None
-        since = self.since_time()
-        if after is None and since is not None:
-            # Keyset order is (schedule_on, id) and ids start at 1: (since, 0) starts at `since`.
-            after = (since, 0)
-        return SearchFilter(
-            statuses=frozenset({self.status}) if self.status else ALL_STATUSES,
-            group_key=self.group_key or None,
-            item_key_prefix=self.item_key_prefix or None,
-            limit=PAGE_SIZE + 1,
-            after=after,
-        )
-
-    def filters(self) -> dict[str, str]:
-        return {
-            k: v
-            for k, v in (
-                ("status", self.status),
-                ("group_key", self.group_key),
-                ("item_key_prefix", self.item_key_prefix),
-                ("since", self.since),
-            )
-            if v
-        }
-
-
 def queue_page(queue: str) -> tuple[str, int]:
     auth.visible_queue(queue)
     form = SearchForm.from_args(request.args.to_dict())
     (summary,) = dashboard().overview([queue])
     events: list[Event] = []
-    next_url = None
+    next_url = previous_url = None
+    total: Count | None = None
     if not form.errors:
-        found = context.store().events.search(queue, form.search_filter())
+        where = form.search_filter()
+        found = context.store().events.search(queue, where)
         events = found[:PAGE_SIZE]
         if len(found) > PAGE_SIZE:
             last = events[-1]
-            args = {**form.filters(), "cursor": encode_cursor(last.schedule_on, last.id)}
-            next_url = url_for("ui.queue", queue=queue) + "?" + urlencode(args)
+            next_url = _page_url(queue, form, encode_cursor(last.schedule_on, last.id))
+        if form.cursor and events:
+            previous_url = _previous_page(queue, form, events[0])
+        if not form.cursor and len(found) <= PAGE_SIZE:
+            total = Count(len(found), capped=False)  # the whole result is on this page
+        else:
+            total = reads().count(queue, replace(where, after=form.start()), cap=COUNT_CAP)
     status = 400 if form.errors else 200
     return render_template(
         "ui/queue.html",
         queue=summary,
         form=form,
         events=events,
+        total=total,
         next_url=next_url,
+        previous_url=previous_url,
         statuses=sorted(ALL_STATUSES),
         can_pause=signed_in().is_admin,
+        refresh=_refresh_seconds(),
     ), status
+
+
+def _page_url(queue: str, form: SearchForm, cursor: str | None) -> str:
+    args = {**form.filters(), **({"cursor": cursor} if cursor else {})}
+    base = url_for("ui.queue", queue=queue)
+    return f"{base}?{urlencode(args)}" if args else base
+
+
+def _previous_page(queue: str, form: SearchForm, first: Event) -> str:
+    """The page before the one starting at `first`: read backwards from it; when fewer than a
+    page remain before it, that is the first page."""
+    where = replace(form.search_filter(), limit=PAGE_SIZE + 1)
+    before = reads().page_before(queue, where, (first.schedule_on, first.id))
+    start = form.start()
+    if start is not None:
+        before = [e for e in before if (e.schedule_on, e.id) > start]
+    if len(before) <= PAGE_SIZE:
+        return _page_url(queue, form, None)
+    after = before[PAGE_SIZE]
+    return _page_url(queue, form, encode_cursor(after.schedule_on, after.id))
 
 
 def find_key(queue: str) -> Response:
@@ -169,7 +127,8 @@ def find_key(queue: str) -> Response:
 
 @dataclass(frozen=True)
 class Occurrence:
-    """One event of a key (keys are reused once their event finishes) and its timeline entries."""
+    """One event of a key (keys are reused once their event finishes) and its timeline entries
+    on this page, newest first."""
 
     event_id: int | None  # None: the entries of the recurring schedule of that key
     entries: list[TimelineEntry]
@@ -180,21 +139,26 @@ def key_page(queue: str, item_key: str) -> str:
     auth.visible_queue(queue)
     if rules.check_key(item_key):
         raise NotFound(f"No key {item_key!r} in queue {queue!r}.")
+    before = _before_arg()
     store = context.store()
-    entries = store.events.timeline(queue, item_key)  # NotFound when never seen
+    page = reads().timeline_page(queue, item_key, before=before, limit=TIMELINE_PAGE)
     archived = store.events.archived(queue, item_key)
-    by_event: dict[int | None, list[TimelineEntry]] = {}
-    for entry in entries:
-        by_event.setdefault(entry.event_id, []).append(entry)
-    events = {e.id: e for e in store.events.get_many([eid for eid in by_event if eid is not None])}
-    occurrences = [
-        Occurrence(eid, list(es), events.get(eid) if eid is not None else None) for eid, es in by_event.items()
-    ]
-    occurrences.reverse()  # the current occurrence first
+    if not page.entries and before is None and archived is None:
+        raise NotFound(f"Key {item_key!r} was never seen in queue {queue!r}.")
+    occurrences: list[Occurrence] = []
+    for entry in page.entries:  # newest first; consecutive entries of one event form one block
+        if not occurrences or occurrences[-1].event_id != entry.event_id:
+            occurrences.append(Occurrence(entry.event_id, [], None))
+        occurrences[-1].entries.append(entry)
+    events = {e.id: e for e in store.events.get_many([o.event_id for o in occurrences if o.event_id is not None])}
+    occurrences = [replace(o, event=events.get(o.event_id) if o.event_id is not None else None) for o in occurrences]
     try:
         latest: Event | None = store.events.get(queue, item_key)
     except NotFound:
         latest = None
+    older_url = None
+    if page.older is not None:
+        older_url = url_for("ui.key", queue=queue, item_key=item_key, before=page.older)
     return render_template(
         "ui/key.html",
         queue=queue,
@@ -202,40 +166,26 @@ def key_page(queue: str, item_key: str) -> str:
         event=latest,
         occurrences=occurrences,
         archived=archived,
-        describe=describe_entry,
+        describe=format.describe_entry,
+        first_page=before is None,
+        older_url=older_url,
+        newest_url=url_for("ui.key", queue=queue, item_key=item_key),
     )
 
 
-def describe_entry(entry: TimelineEntry) -> list[tuple[str, Any]]:
-    """The details of a timeline entry worth showing, as (label, value) pairs, in a stable order."""
-    details = dict(entry.details)
-    shown: list[tuple[str, Any]] = []
-    for key, label in (
-        ("attempt", "attempt"),
-        ("lease_id", "lease"),
-        ("lease_expires_at", "lease until"),
-        ("claimed_by", "holder"),
-        ("expired_at", "expired at"),
-        ("error", "error"),
-        ("retry_at", "retry at"),
-        ("reason", "reason"),
-    ):
-        if key in details:
-            shown.append((label, _readable(details.pop(key))))
-    shown.extend((key, _readable(value)) for key, value in details.items())
-    return shown
-
-
-def _readable(value: Any) -> Any:
-    """Times recorded in details (ISO strings in JSON) shown like every other time on the page."""
-    if isinstance(value, str) and len(value) >= 19 and value[4] == "-" and value[10] == "T":
-        try:
-            return format.when(datetime.fromisoformat(value))
-        except ValueError:
-            return value
-    return value
+def _before_arg() -> int | None:
+    raw = request.args.get("before", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise PageNotFound("Not a page of this timeline.")
+    return int(raw)
 
 
 def leases_page() -> str:
     leases = dashboard().live_leases(visible_names())
     return render_template("ui/leases.html", leases=leases, now=datetime.now(UTC))
+
+
+def unknown_page(unknown: str) -> Response:
+    raise PageNotFound("There is no such page in the dashboard.")

@@ -1,8 +1,9 @@
 """Dashboard sign-in, sign-out, the session's principal, CSRF tokens and the pages' security headers.
 
-The session cookie holds the SHA-256 of the token, the way the token table knows it: the token
-itself is never stored in the cookie nor put in a URL. Each request looks the hash up again, so a
-revoked token signs its sessions out (after the principal cache's few seconds).
+Sessions live on the server (scheduler/store/ui_sessions.py): the signed cookie carries a random
+session id and the CSRF token, never the API token, and no page puts a token in a URL. Every
+request looks the session up, with its token: signing out, the session's fixed end (activity
+does not move it) or revoking the token ends it at once, whoever holds a copy of the cookie.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hmac
 import secrets
 import threading
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,14 +20,17 @@ from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
-from tickler.api import context
-from tickler.api.ui.store import dashboard
+from tickler.api.ui.store import dashboard, sessions
 from tickler.scheduler.models import Principal
 
 _secret_lock = threading.Lock()
 
+# A session ends this long after sign-in, however busy it is.
+SESSION_SECONDS = 12 * 3600
+
 # Pages anyone may open: the sign-in form and the stylesheet/script.
-_PUBLIC_ENDPOINTS = frozenset({"ui.sign_in", "ui.sign_in_post", "ui.static"})
+# An unknown path is a 404 for anyone (signing in would not make it a page).
+_PUBLIC_ENDPOINTS = frozenset({"ui.sign_in", "ui.sign_in_post", "ui.static", "ui.unknown"})
 
 _CSP = (
     "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
@@ -58,6 +63,13 @@ class DashboardSessions(SecureCookieSessionInterface):
                     app.secret_key = dashboard().session_secret()
         return super().open_session(app, request)
 
+    def get_expiration_time(self, app: Flask, session: Any) -> datetime | None:
+        """The cookie ends when the session does: rewriting it (a flash message) never extends it."""
+        ends = session.get("ends")
+        if isinstance(ends, (int, float)):
+            return datetime.fromtimestamp(ends, UTC)
+        return super().get_expiration_time(app, session)
+
 
 def csrf_token() -> str:
     """This session's CSRF token (made on first use)."""
@@ -89,15 +101,12 @@ def _load_session() -> Response | None:
 
 
 def _principal_of_session() -> Principal | None:
-    raw = session.get("token_hash")
-    if not isinstance(raw, str):
+    session_id = session.get("sid")
+    if not isinstance(session_id, str):
         return None
-    try:
-        token_hash = bytes.fromhex(raw)
-    except ValueError:
-        return None
-    ext = context.tickler()
-    return ext.principals.get(token_hash, lambda: dashboard().principal_by_hash(token_hash))
+    # Not cached: a sign-out in another process must end this session at once.
+    live = sessions().find(session_id)
+    return live.principal if live is not None else None
 
 
 def signed_in() -> Principal:
@@ -105,19 +114,30 @@ def signed_in() -> Principal:
     return found
 
 
+def safe_target(target: str | None, under: str = "/ui/") -> str | None:
+    """`target` if it is a path of the dashboard under `under`; None for anything else: an
+    absolute URL or `//host` (an open redirect), a backslash, a control character or a space
+    (CR/LF would split the Location header)."""
+    if not target or not target.startswith(under) or "//" in target or "\\" in target:
+        return None
+    if not under.endswith("/") and target[len(under) : len(under) + 1] not in ("", "/", "?"):
+        return None  # /ui/queues/emails-2 is not a page of /ui/queues/emails
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target):
+        return None
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc:
+        return None
+    return target
+
+
 def _safe_next(target: str | None) -> str:
-    """Only a path of the dashboard itself: never an absolute URL elsewhere (open redirect)."""
-    if target:
-        parts = urlsplit(target)
-        if not parts.scheme and not parts.netloc and parts.path.startswith("/ui/") and "\\" not in target:
-            return target
-    return url_for("ui.overview")
+    return safe_target(target) or url_for("ui.overview")
 
 
 def sign_in() -> Response | str:
     if g.get("principal") is not None:
         return redirect(_safe_next(request.args.get("next")))
-    return render_template("ui/sign_in.html", next=request.args.get("next", ""), error=None)
+    return render_template("ui/sign_in.html", next=safe_target(request.args.get("next")) or "", error=None)
 
 
 def sign_in_post() -> tuple[str, int] | Response:
@@ -127,16 +147,26 @@ def sign_in_post() -> tuple[str, int] | Response:
         error = "That token is not valid." if token else "Paste a token to sign in."
         return render_template("ui/sign_in.html", next=request.form.get("next", ""), error=error), 401
     # A fresh session (and CSRF token) on every sign-in: nothing set before it carries over.
-    session.clear()
+    _end_session()
+    session_id, ends = sessions().start(token, lifetime_seconds=SESSION_SECONDS)
     session.permanent = True
-    session["token_hash"] = dashboard().token_hash(token).hex()
+    session["sid"] = session_id
+    session["ends"] = ends.timestamp()
     csrf_token()
     return redirect(_safe_next(request.form.get("next")), code=303)
 
 
 def sign_out() -> Response:
-    session.clear()
+    _end_session()
     return redirect(url_for("ui.sign_in"), code=303)
+
+
+def _end_session() -> None:
+    """End the cookie's session on the server (a copy of the cookie is refused from now on)."""
+    session_id = session.get("sid")
+    if isinstance(session_id, str):
+        sessions().end(session_id)
+    session.clear()
 
 
 def _security_headers(response: Response) -> Response:

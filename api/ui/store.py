@@ -1,16 +1,38 @@
-"""The dashboard's reader over this app's engine (one per app, made on first use)."""
+"""The dashboard's readers over this app's engine (one of each per app, made on first use)."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+import sqlalchemy as sa
 from flask import current_app
 
 from tickler.api import context
+from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.dashboard import DashboardStore
+from tickler.scheduler.store.ui_reads import UIReads
+from tickler.scheduler.store.ui_sessions import SessionStore
+
+S = TypeVar("S", bound=EngineStore)
+
+
+def _per_app(kind: type[S]) -> S:
+    key = f"tickler.ui.{kind.__name__}"
+    found = current_app.extensions.get(key)
+    if found is None:
+        engine: sa.Engine = context.store().engine
+        found = current_app.extensions[key] = kind(engine)
+    assert isinstance(found, kind)
+    return found
 
 
 def dashboard() -> DashboardStore:
-    found = current_app.extensions.get("tickler.dashboard")
-    if found is None:
-        found = current_app.extensions["tickler.dashboard"] = DashboardStore(context.store().engine)
-    assert isinstance(found, DashboardStore)
-    return found
+    return _per_app(DashboardStore)
+
+
+def sessions() -> SessionStore:
+    return _per_app(SessionStore)
+
+
+def reads() -> UIReads:
+    return _per_app(UIReads)

@@ -12,7 +12,7 @@ document.addEventListener("submit", (event) => {
 });
 
 // An element with data-refresh="N" reloads its own content every N seconds while the tab is
-// visible (the overview), without reloading the page or losing the scroll position.
+// visible (the overview, a queue's figures), without reloading the page or losing the scroll position.
 document.addEventListener("DOMContentLoaded", () => {
   const live = document.querySelector("[data-refresh]");
   if (!live) return;

@@ -1,0 +1,92 @@
+"""What the dashboard reads beyond the API's calls: a key's timeline a page at a time, how many
+events a search matches (counted up to a cap), and the page before a search page.
+
+Named SQL in `ui_reads.sql`; the search-based reads reuse the event search's own query
+(scheduler/store/search.py), so they match exactly what the pages list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import sqlalchemy as sa
+
+from tickler.scheduler.models import Event, TimelineEntry
+from tickler.scheduler.sql import parse_queries
+from tickler.scheduler.states import OPEN_STATUSES, OUTCOMES
+from tickler.scheduler.store import search
+from tickler.scheduler.store.base import EngineStore
+
+
+@cache
+def _queries() -> dict[str, sa.TextClause]:
+    source = resources.files("tickler.scheduler.store").joinpath("ui_reads.sql").read_text(encoding="utf-8")
+    return {name: sa.text(sql) for name, sql in parse_queries(source).items()}
+
+
+@dataclass(frozen=True)
+class TimelinePage:
+    entries: list[TimelineEntry]  # newest first
+    # The `before` of the next (older) page; None on the last page.
+    older: int | None
+
+
+@dataclass(frozen=True)
+class Count:
+    n: int
+    capped: bool  # True: at least `n` match (counting stopped there)
+
+
+class UIReads(EngineStore):
+    def timeline_page(self, queue: str, item_key: str, *, before: int | None, limit: int) -> TimelinePage:
+        """At most `limit` timeline rows of a key older than row `before`, newest first."""
+        params = {"queue": queue, "item_key": item_key, "before": before, "limit": limit + 1}
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
+            rows = conn.execute(_queries()["timeline_page"], params).mappings().all()
+        ids = sorted({row["id"] for row in rows if row["id"] is not None}, reverse=True)
+        older = None
+        if len(ids) > limit:
+            # One row more than asked tells there is another page; it starts that page.
+            rows = [row for row in rows if row["id"] != ids[limit]]
+            older = ids[limit - 1]
+        entries = [
+            TimelineEntry(**{k: row[k] for k in ("at", "action", "actor", "event_id", "schedule_on", "details")})
+            for row in rows
+        ]
+        return TimelinePage(entries, older)
+
+    def count(self, queue: str, where: search.SearchFilter, *, cap: int, now: datetime | None = None) -> Count:
+        """How many events the search matches from its `after` on, counted up to `cap`."""
+        listed = search.build_query(queue, replace(where, limit=cap + 1), now).subquery()
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
+            n = int(conn.execute(sa.select(sa.func.count()).select_from(listed)).scalar_one())
+        return Count(min(n, cap), n > cap)
+
+    def page_before(
+        self, queue: str, where: search.SearchFilter, before: tuple[datetime, int], *, now: datetime | None = None
+    ) -> list[Event]:
+        """The `where.limit` events just before `before` in the search's (schedule_on, id) order,
+        newest first (the previous page, read backwards)."""
+        clock: sa.ColumnElement[datetime] = (
+            sa.func.now() if now is None else sa.literal(now, sa.DateTime(timezone=True))
+        )
+        unbounded = replace(where, after=None)
+        parts: list[sa.Select[Any]] = []
+        for open_part, statuses in ((True, OPEN_STATUSES), (False, OUTCOMES)):
+            if where.statuses & statuses:
+                part = search._part(queue, unbounded, clock, open_part=open_part)  # the same filters as the search
+                e = part.selected_columns
+                parts.append(
+                    part.where(sa.tuple_(e.schedule_on, e.id) < sa.tuple_(*before))
+                    .order_by(None)
+                    .order_by(e.schedule_on.desc(), e.id.desc())
+                )
+        union = sa.union_all(*(p.subquery().select() for p in parts)).subquery()
+        query = sa.select(union).order_by(union.c.schedule_on.desc(), union.c.id.desc()).limit(where.limit)
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
+            rows = conn.execute(query).mappings().all()
+        return [Event.from_row(row) for row in rows]
