@@ -545,3 +545,23 @@ def test_cli_events_list_and_show_carry_priority(
     assert "priority" in shown and "42" in shown and "t1" in shown
     with pytest.raises(SystemExit):
         _parser().parse_args(["events", "list", "emails", "--priority", "101"])
+
+
+# -- recurring schedules --------------------------------------------------------------------------
+
+
+def test_a_schedule_gives_its_priority_and_fairness_key_to_every_occurrence(
+    client: FlaskClient, token: str, emails: str, store: Store
+) -> None:
+    body = {"cron": "0 3 * * *", "timezone": "UTC", "data": {}, "priority": 8, "fairness_key": "tenant-9"}
+    made = client.put("/v1/queues/emails/schedules/nightly", json=body, headers=auth(token))
+    assert made.status_code == 201, made.json
+    assert made.json is not None and (made.json["priority"], made.json["fairness_key"]) == (8, "tenant-9")
+    (waiting,) = store.events.search("emails", store_filter(statuses={"pending"}))
+    assert (waiting.priority, waiting.fairness_key) == (8, "tenant-9")
+    changed = client.put("/v1/queues/emails/schedules/nightly", json={**body, "priority": -1}, headers=auth(token))
+    assert changed.status_code == 200
+    (waiting,) = store.events.search("emails", store_filter(statuses={"pending"}))
+    assert waiting.priority == -1  # the occurrence already waiting follows the schedule
+    refused = client.put("/v1/queues/emails/schedules/nightly", json={**body, "priority": 500}, headers=auth(token))
+    assert_problem(refused, 400, "priority")
