@@ -456,6 +456,15 @@ SET (rate_window_at, rate_window_n) = (
     WHERE w.at > CAST(:at AS timestamptz) - make_interval(secs => greatest(1.0, 1.0 / q.rate_per_second)))
 WHERE q.name = :queue AND q.rate_per_second IS NOT NULL;
 
+-- name: has_due_events
+-- Whether a queue has due, unleased, ungrouped events left (one probe of the claimable index): a
+-- capped fair claim that took fewer than it asked for was held back by max_in_flight_per_key.
+SELECT EXISTS (
+    SELECT 1 FROM tickler_event
+    WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NULL
+      AND schedule_on <= coalesce(CAST(:now AS timestamptz), now())
+) AS found;
+
 -- name: has_due_groups
 -- Whether a queue has due, unleased grouped events, or grouped events whose lease expired: a
 -- group claim opens its transaction only then.

@@ -187,9 +187,10 @@ class LeaseStore(EngineStore):
             room_in = max(0.0, (room_at - at).total_seconds())
         if room["lease_room"] is not None and len(leases) >= room["lease_room"]:
             room_in = FLOW_POLL_SECONDS if room_in is None else max(room_in, FLOW_POLL_SECONDS)
-        if fairness.cap is not None and len(leases) < limit and room_in is None:
-            # Keys at their cap may hold due events: their leases end in other processes, which do
-            # not tell this one (as for max_in_flight).
+        # Due events left behind by a capped claim belong to keys at their cap: their leases end in
+        # other processes, which do not tell this one (as for max_in_flight). Nothing left: sleep.
+        held_by_cap = fairness.cap is not None and len(leases) < limit and room_in is None
+        if held_by_cap and conn.execute(q("has_due_events"), {"queue": queue, "now": at}).scalar():
             room_in = FLOW_POLL_SECONDS
         return Claim(leases, room_in=room_in, queue=settings)
 
