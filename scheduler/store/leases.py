@@ -174,6 +174,11 @@ class LeaseStore(EngineStore):
                 remaining = min(remaining, event_room - sum(len(lease.events) for lease in leases))
             if remaining <= 0:
                 break
+            if (
+                kind == "groups"
+                and not conn.execute(q("has_due_groups"), {"queue": queue, "now": at, "flow": True}).scalar()
+            ):
+                continue  # most queues have no groups: one probe instead of the group claim's statements
             leases.extend(
                 self._claim_kind(conn, kind, queue, worker, remaining, seconds, at, flow=True, fairness=fairness)
             )
