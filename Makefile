@@ -12,10 +12,10 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 # Stamps: the service alone, and the service with its test and pipeline extras.
-$(VENV)/.installed-base: pyproject.toml
+$(VENV)/.installed-base: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e . -e ./clients/python
 	@touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed-base clients/python/pyproject.toml
@@ -34,8 +34,11 @@ serve: $(VENV)/.installed-base ## install, then run the API and a dispatcher on 
 test: install lint typecheck ## install, then lint, type-check and run the whole test suite
 	$(BIN)/pytest
 
-test-only: install ## run the test suite only
-	$(BIN)/pytest
+test-only: install ## run the test suite only (PYTEST_ARGS="-n 2" to pass options)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-quick: install ## the inner loop: the suite without Spark and the browser (a few minutes)
+	$(BIN)/pytest -m "not spark and not browser"
 
 lint: install ## ruff (lint and formatting) and the layer contracts (import-linter)
 	$(BIN)/ruff check .
@@ -57,4 +60,4 @@ screenshots: install ## retake the dashboard's screenshots in docs/images/ (runs
 clean: ## remove the virtualenv and caches (keeps ./.tickler data)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help install serve test test-only lint typecheck bench bench-quick screenshots clean
+.PHONY: help install serve test test-only test-quick lint typecheck bench bench-quick screenshots clean

@@ -6,32 +6,29 @@ import argparse
 import importlib
 import importlib.util
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
-import prometheus_client
-import structlog
+from tickler.commands.failures import Refused, describe_database, explain
+from tickler.config import Settings, SettingsError, WorkerSettings
 
-from tickler import commands as ops_commands
-from tickler.commands.database import NoDatabase, existing_database_url
-from tickler.config import Settings, WorkerSettings
-from tickler.scheduler.db import create_engine, resolve_database_url
-from tickler.scheduler.delivery.handlers import Handlers
-from tickler.scheduler.logs import configure_logging
-from tickler.scheduler.migrate import MigrationError, migrate
-from tickler.scheduler.queue_metrics import QueueGaugeCollector
-from tickler.scheduler.rules import check_queue_name
-from tickler.scheduler.store import Store
-from tickler.scheduler.worker import Worker
+if TYPE_CHECKING:
+    from tickler.scheduler.delivery.handlers import Handlers
+
+# What each subcommand needs is imported when it runs: `tickler --version` or a `queues list`
+# should not pay for the HTTP app, the dispatcher and the metrics.
 
 # The tuning knobs (config.WorkerSettings) `tickler worker` takes as options.
 WORKER_OPTIONS = ("concurrency", "queue_concurrency", "batch_size", "shutdown_grace", "poll_interval")
 
 
 def _parser() -> argparse.ArgumentParser:
+    from tickler import commands as ops_commands
+    from tickler.commands import tokens
+
     parser = argparse.ArgumentParser(prog="tickler", description="Delayed events with natural keys, on PostgreSQL.")
     parser.add_argument("--version", action="version", version=f"tickler {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -63,15 +60,7 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("migrate", help="apply pending database migrations (safe to run concurrently)")
 
-    token = commands.add_parser("token", help="manage API tokens")
-    token_commands = token.add_subparsers(dest="token_command", required=True)
-    create = token_commands.add_parser("create", help="create a token and print it (only it) on stdout")
-    create.add_argument("name", help="the principal: the client service this token belongs to")
-    create.add_argument("--queue", action="append", default=[], help="a queue it may use (repeatable)")
-    create.add_argument("--admin", action="store_true", help="may manage queues and use every queue")
-    token_commands.add_parser("list", help="list tokens (ids, names, scopes; never the tokens)")
-    revoke = token_commands.add_parser("revoke", help="revoke a token by its id (see `tickler token list`)")
-    revoke.add_argument("id", type=int)
+    tokens.add_parser(commands)
     pipeline = commands.add_parser("pipeline", help="Spark jobs: report, archive, import (see `tickler pipeline -h`)")
     pipeline.add_argument("args", nargs=argparse.REMAINDER)
     ops_commands.add_parsers(commands)
@@ -87,27 +76,67 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+        return code
+    except BrokenPipeError:
+        # The reader went away (`tickler events list --json | head`): it had what it wanted.
+        # Python would report the pipe again when it flushes stdout at exit: point it elsewhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str]) -> int:
+    if argv == ["--version"]:  # answered before the subcommands (and the store) are imported
+        print(f"tickler {_version()}")
+        return 0
     if argv[:1] == ["pipeline"]:
         return _pipeline(argv[1:])
     args = _parser().parse_args(argv)
-    settings = Settings.from_env()
-    configure_logging(settings.log_level)
     try:
-        if args.command == "serve":
-            return _serve(settings, args.host, args.port, args.threads)
-        if args.command == "worker":
-            return _worker(settings, args)
-        if args.command == "migrate":
-            return _migrate(settings)
-        if args.command == "token" and args.token_command == "create":
-            return _token_create(settings, args.name, args.queue, args.admin)
-        if args.command == "token":
-            return _token_manage(settings, args.token_command, getattr(args, "id", None))
-        if args.command in ops_commands.NAMES:
-            return ops_commands.run(settings, args)
-    except (MigrationError, NoDatabase) as error:
+        settings = Settings.from_env()
+    except SettingsError as error:
         print(f"tickler: {error}", file=sys.stderr)
         return 2
+    from tickler.scheduler.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        return _run(settings, args)
+    except Refused as refusal:
+        print(f"tickler: {refusal}", file=sys.stderr)
+        return refusal.exit_code
+    except KeyboardInterrupt:
+        print("tickler: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        from tickler.scheduler.db import NoDatabase
+        from tickler.scheduler.migrate import MigrationError
+
+        message = str(error) if isinstance(error, MigrationError | NoDatabase) else explain(error, settings)
+        if message is None:
+            raise  # a bug: its traceback is what a report needs
+        print(f"tickler: {message}", file=sys.stderr)
+        return 2
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    from tickler import commands as ops_commands
+    from tickler.commands import tokens
+
+    if args.command == "serve":
+        from tickler.commands.serve import serve
+
+        return serve(settings, args.host, args.port, args.threads)
+    if args.command == "worker":
+        return _worker(settings, args)
+    if args.command == "migrate":
+        return _migrate(settings)
+    if args.command == "token":
+        return tokens.run(settings, args)
+    if args.command in ops_commands.NAMES:
+        return ops_commands.run(settings, args)
     return 2
 
 
@@ -132,31 +161,26 @@ def _pipeline(argv: list[str]) -> int:
 
 
 def _migrate(settings: Settings) -> int:
-    url = resolve_database_url(settings.database_url, settings.data_dir)
-    applied = migrate(url)
-    print(f"applied {len(applied)} migration(s)", file=sys.stderr)
-    return 0
+    from tickler.scheduler.db import resolve_database_url
+    from tickler.scheduler.migrate import migrate
 
-
-def _token_create(settings: Settings, name: str, queues: list[str], admin: bool) -> int:
-    bad = [q for q in queues if check_queue_name(q)]
-    if bad:
-        print(f"tickler: not a queue name: {bad[0]!r}", file=sys.stderr)
-        return 2
-    if not 1 <= len(name) <= 200:
-        print("tickler: the name must be 1-200 characters", file=sys.stderr)
-        return 2
-    url = existing_database_url(settings)  # never creates an empty database by mistake
-    migrate(url)
-    engine = create_engine(url, pool_size=1)
-    try:
-        print(Store(engine).tokens.create(name, queues=queues, is_admin=admin))
-    finally:
-        engine.dispose()
+    # Which server and database, before touching it: `postgres://localhost` means the database
+    # named after the OS user, which nobody should have to guess.
+    print(f"tickler migrate: database {describe_database(settings)}", file=sys.stderr)
+    applied = migrate(resolve_database_url(settings.database_url, settings.data_dir))
+    if applied:
+        print(
+            f"applied {len(applied)} migration(s), up to {applied[-1].version:04d}_{applied[-1].name}", file=sys.stderr
+        )
+    else:
+        print("applied 0 migration(s): the database is up to date", file=sys.stderr)
     return 0
 
 
 def _load_handlers(spec: str) -> Handlers:
+    from tickler.scheduler.delivery.handlers import Handlers
+    from tickler.scheduler.worker import Worker
+
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise SystemExit(f"tickler: --handlers takes MODULE:OBJECT, not {spec!r}")
@@ -170,6 +194,15 @@ def _load_handlers(spec: str) -> Handlers:
 
 
 def _worker(settings: Settings, args: argparse.Namespace) -> int:
+    import prometheus_client
+
+    from tickler.commands.database import existing_database_url
+    from tickler.scheduler.db import create_engine
+    from tickler.scheduler.delivery.handlers import Handlers
+    from tickler.scheduler.queue_metrics import QueueGaugeCollector
+    from tickler.scheduler.store import Store
+    from tickler.scheduler.worker import Worker
+
     handlers = _load_handlers(args.handlers) if args.handlers else Handlers()
     database_url = existing_database_url(settings)  # a worker never creates an empty database
     if args.metrics_port:
@@ -188,66 +221,6 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         **{knob: getattr(args, knob) for knob in WORKER_OPTIONS if getattr(args, knob) is not None},
     )
     worker.run()
-    return 0
-
-
-def _token_manage(settings: Settings, command: str, token_id: int | None) -> int:
-    url = existing_database_url(settings)  # never creates an empty database by mistake
-    migrate(url)
-    engine = create_engine(url, pool_size=1)
-    try:
-        tokens = Store(engine).tokens
-        if command == "revoke":
-            assert token_id is not None
-            info = tokens.revoke(token_id)
-            if info is None:
-                print(f"tickler: no token {token_id}", file=sys.stderr)
-                return 1
-            print(f"revoked token {info.id} of {info.principal}")
-            return 0
-        for info in tokens.list():
-            scope = "admin" if info.is_admin else ",".join(info.queues) or "(no queues)"
-            state = f"revoked {info.revoked_on:%Y-%m-%d}" if info.revoked_on else "active"
-            print(f"{info.id}\t{info.principal}\t{scope}\t{state}")
-        return 0
-    finally:
-        engine.dispose()
-
-
-def _serve(settings: Settings, host: str, port: int, threads: int) -> int:
-    """The API and a webhook dispatcher in one process; SIGTERM stops both gracefully."""
-    import waitress
-
-    from tickler.api import create_app
-
-    app = create_app(settings, configure_logs=False)
-    ext = app.extensions["tickler"]
-    worker = Worker(settings=settings, database_url=ext.database_url, engine=ext.store.engine, deliver_webhooks=True)
-    worker.start()
-    server = waitress.create_server(app, host=host, port=port, threads=threads, ident="tickler")
-
-    def on_signal(signum: int, frame: object) -> None:
-        raise SystemExit(0)
-
-    # SIGINT too, explicitly: a shell starts a background job (`tickler serve &`) with SIGINT
-    # ignored, and Python then installs no KeyboardInterrupt handler for it.
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    structlog.get_logger("tickler.serve").info(
-        "serving", url=f"http://{host}:{server.effective_port}", pid=os.getpid(), threads=threads
-    )
-    try:
-        server.run()
-    except (SystemExit, KeyboardInterrupt):
-        pass
-    finally:
-        server.close()
-        worker.stop()
-        # The LISTEN connections stop before the embedded PostgreSQL, or they log a lost connection.
-        app.extensions["tickler.pull"].stop()
-        listener = app.extensions.get("tickler.listener")
-        if listener is not None:
-            listener.stop()
     return 0
 
 

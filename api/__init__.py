@@ -9,7 +9,7 @@ import uuid
 from importlib.metadata import PackageNotFoundError, version
 
 import structlog
-from flask import Blueprint, Flask, Response, current_app, g, request
+from flask import Blueprint, Flask, Response, current_app, g, redirect, request
 from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import RequestEntityTooLarge
 
@@ -44,7 +44,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     """Build the API. Engine and pool are made here, so each gunicorn worker gets its own."""
     settings = settings or Settings.from_env()
     if configure_logs:
-        configure_logging(settings.log_level)
+        configure_logging(settings.log_level, settings.log_format)
     database_url = resolve_database_url(settings.database_url, settings.data_dir)
     if settings.migrate_on_start:
         migrate(database_url)
@@ -84,6 +84,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.register_blueprint(ops.bp)
     app.register_blueprint(docs.bp)
     ui.register(app)
+    app.add_url_rule("/", "root", lambda: redirect("/ui/"))  # a person who opens the bare address
 
     app.extensions["tickler.refusals"] = Refusals()
     register_error_handlers(app, event_json)

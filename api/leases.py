@@ -51,11 +51,27 @@ def _canonical(lease_id: str) -> str:
         raise StaleLease("No such lease.") from None
 
 
+# What a 409 says about a lease that is no longer held, by its `lease_status` (see lease_fate).
+_STALE_DETAIL = {
+    "expired": "The lease expired before it was finished; its events will be delivered again.",
+    "unknown": "The lease expired, was finished, or never existed.",
+}
+
+
+def _stale(lease_id: str) -> StaleLease:
+    """The 409 for a lease that is no longer held, saying `expired` where the server can tell
+    cheaply, so that a lost lease is told from an ack resent after a lost answer."""
+    fate = context.store().leases.fate(lease_id)
+    return StaleLease(_STALE_DETAIL[fate], lease_status=fate)
+
+
 def _live_lease_queue(lease_id: str) -> str:
     """The queue of a live lease the caller may use; StaleLease (409) otherwise."""
     queue = context.store().leases.queue_of(lease_id)
-    if queue is None or not auth.principal().can_use(queue):
-        raise StaleLease("The lease expired, was finished, or never existed.")
+    if queue is None:
+        raise _stale(lease_id)
+    if not auth.principal().can_use(queue):  # another tenant's lease: as if there were none
+        raise StaleLease(_STALE_DETAIL["unknown"], lease_status="unknown")
     return queue
 
 
@@ -68,7 +84,10 @@ def _allowed_queues() -> list[str] | None:
 def ack(lease_id: str) -> Response:
     lease_id = _canonical(lease_id)
     # One statement: the caller's queues are checked inside the ack itself.
-    context.store().leases.ack_one(lease_id, queues=_allowed_queues())
+    try:
+        context.store().leases.ack_one(lease_id, queues=_allowed_queues())
+    except StaleLease:
+        raise _stale(lease_id) from None
     return jsonify({"lease_id": lease_id, "status": Status.DELIVERED})
 
 

@@ -39,4 +39,5 @@ def metrics_response(database_gauges: CollectorRegistry | None = None) -> Respon
         payload = generate_latest()
     if database_gauges is not None:
         payload += generate_latest(database_gauges)
-    return Response(payload, mimetype=CONTENT_TYPE_LATEST)
+    # content_type, not mimetype: the latter would append a second "; charset=utf-8".
+    return Response(payload, content_type=CONTENT_TYPE_LATEST)

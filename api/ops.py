@@ -25,7 +25,7 @@ def readyz() -> Response:
     ext = context.tickler()
     try:
         refuses = ext.store.refuses_writes()
-        pending = pending_migrations(ext.database_url)
+        pending = pending_migrations(ext.database_url, allow_newer=True)  # an upgrade migrates first
     except (sqlalchemy.exc.DBAPIError, OSError) as error:
         return problem(503, "Not ready", f"The database cannot be reached: {type(error).__name__}.")
     except MigrationError as error:

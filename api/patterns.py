@@ -57,6 +57,41 @@ _HOST = f"(?:[0-9]{{1,3}}(?:\\.[0-9]{{1,3}}){{3}}|{_LABEL}|(?:{_LABEL}\\.)+[A-Za
 URL_PATTERN = f"^https?://{_HOST}(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9._~%!$&'()*+,;=:@-]*)*$"
 
 
+# A search's cursor: URL-safe base64 (scheduler/store/search.py encodes one), checked before the
+# store decodes it.
+CURSOR_PATTERN = "^[A-Za-z0-9_-]+={0,2}$"
+# A five-field cron expression as scheduler/cron.py reads it: each field a list of `*`, a value or
+# a range, each with an optional /step, within the field's range (0 or 7 = Sunday; names of months
+# and days). What it cannot say: a day that never comes (30 2 *), a reversed range (5-1).
+_STEP = "(?:/0*[1-9][0-9]*)?"
+
+
+def _cron_field(value: str) -> str:
+    item = f"(?:\\*|{value}(?:-{value})?){_STEP}"
+    return f"{item}(?:,{item})*"
+
+
+def _names(*names: str) -> str:
+    """Names in any case, as the parser reads them (JSON Schema patterns have no `i` flag)."""
+    return "|".join("".join(f"[{c.lower()}{c.upper()}]" for c in name) for name in names)
+
+
+_MONTHS = _names("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = _names("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+CRON_PATTERN = "^\\s*{}$".format(
+    "\\s+".join(
+        _cron_field(value)
+        for value in (
+            "(?:[0-5]?[0-9])",
+            "(?:[01]?[0-9]|2[0-3])",
+            "(?:0?[1-9]|[12][0-9]|3[01])",
+            f"(?:0?[1-9]|1[0-2]|{_MONTHS})",
+            f"(?:[0-7]|{_DAYS})",
+        )
+    )
+    + "\\s*"
+)
+
 # An item_key is also not one of the keys its URL cannot address.
 ITEM_KEY_PATTERN = "^(?!(?:{})$)".format("|".join(re.escape(k) for k in rules.UNADDRESSABLE_KEYS)) + KEY_PATTERN[1:]
 

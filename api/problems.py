@@ -114,6 +114,8 @@ def register_error_handlers(app: Flask, event_json: Any) -> None:
             extra["errors"] = error.extra["errors"]
         if "archived" in error.extra:
             extra["archived"] = error.extra["archived"]
+        if "lease_status" in error.extra:
+            extra["lease_status"] = error.extra["lease_status"]
         if "event" in error.extra:
             extra["event"] = event_json(error.extra["event"])
         return problem(status, title, error.detail, slug=slug, **extra)

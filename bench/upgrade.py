@@ -4,7 +4,7 @@
 
 Builds a database with the previous schema (migrations 0001-0020) holding `--events` events, 90%
 finished over the last 30 days (each with its enqueued and delivered timeline rows) and 10% open,
-as the previous release left them; then applies 0021 while a probe thread reads a queue's counts
+as the previous release left them; then applies 0021 while a probe process reads a queue's counts
 and claims every 50 ms, and reports the upgrade's time, the longest a probe waited, and the sizes
 of the tables before and after; then drops the partitions of the upgraded history (retention of
 one day) under the same probe. Without --database-url it starts a private cluster (bench/cluster.py).
@@ -13,7 +13,6 @@ one day) under the same probe. Without --database-url it starts a private cluste
 from __future__ import annotations
 
 import argparse
-import threading
 import time
 from typing import Any
 
@@ -21,6 +20,7 @@ import psycopg
 
 from bench.cluster import PrivateCluster
 from bench.harness import create_database, drop_database, say
+from bench.procs import SPAWN
 from tickler.scheduler.migrate import migrate
 
 PREVIOUS = 20
@@ -88,37 +88,45 @@ def sizes(url: str) -> dict[str, int]:
         return {name: int(size) for name, size in conn.execute(_SIZES)}
 
 
-class Probe(threading.Thread):
-    """What a client meets during the upgrade: a queue's counts and an (empty) claim every 50 ms."""
+def _probe(url: str, ready: Any, stop: Any, out: Any) -> None:
+    """What a client meets during the upgrade: a queue's counts and an (empty) claim every 50 ms,
+    in a process of its own. Reports the longest gap between two finished rounds (a wait for a
+    lock shows there, whatever statement waited), the rounds, and any error."""
+    longest, rounds, errors = 0.0, 0, []
+    last = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not stop.is_set():
+            try:
+                conn.execute("SELECT state, sum(n) FROM tickler_queue_count WHERE queue = 'emails' GROUP BY 1")
+                conn.execute(
+                    "SELECT id FROM tickler_event WHERE queue = 'emails' AND dequeued_on IS NULL"
+                    " AND lease_id IS NULL AND group_key IS NULL AND schedule_on <= now()"
+                    " ORDER BY schedule_on, id LIMIT 10 FOR UPDATE SKIP LOCKED"
+                )
+            except psycopg.Error as error:
+                errors.append(str(error).splitlines()[0])
+            now = time.perf_counter()
+            longest, rounds, last = max(longest, now - last), rounds + 1, now
+            ready.set()
+            time.sleep(0.05)
+    out.put((longest, rounds, errors))
 
+
+class Probe:
     def __init__(self, url: str) -> None:
-        super().__init__(daemon=True)
-        self.url = url
-        self.longest = 0.0
-        self.errors: list[str] = []
-        self.done = threading.Event()
+        self._ready, self._stop, self._out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+        self._process = SPAWN.Process(target=_probe, args=(url, self._ready, self._stop, self._out), daemon=True)
+        self.longest, self.rounds, self.errors = 0.0, 0, []
 
-    def run(self) -> None:
-        try:
-            self._probe()
-        except BaseException as error:  # reported with the figures
-            self.errors.append(repr(error))
+    def start(self) -> None:
+        self._process.start()
+        if not self._ready.wait(timeout=300):  # probing before what it watches starts
+            raise RuntimeError("the probe did not start")
 
-    def _probe(self) -> None:
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            while not self.done.is_set():
-                started = time.perf_counter()
-                try:
-                    conn.execute("SELECT state, sum(n) FROM tickler_queue_count WHERE queue = 'emails' GROUP BY 1")
-                    conn.execute(
-                        "SELECT id FROM tickler_event WHERE queue = 'emails' AND dequeued_on IS NULL"
-                        " AND lease_id IS NULL AND group_key IS NULL AND schedule_on <= now()"
-                        " ORDER BY schedule_on, id LIMIT 10 FOR UPDATE SKIP LOCKED"
-                    )
-                except psycopg.Error as error:
-                    self.errors.append(str(error).splitlines()[0])
-                self.longest = max(self.longest, time.perf_counter() - started)
-                time.sleep(0.05)
+    def stop(self) -> None:
+        self._stop.set()
+        self.longest, self.rounds, self.errors = self._out.get(timeout=3600)
+        self._process.join()
 
 
 def measure(admin_url: str, events: int) -> dict[str, Any]:
@@ -129,37 +137,36 @@ def measure(admin_url: str, events: int) -> dict[str, Any]:
         fill(url, events)
         say(f"filled {events:,} events in {time.perf_counter() - started:.0f} s")
         before = sizes(url)
-        probe = Probe(url)
-        probe.start()
+        upgrade_probe = Probe(url)
+        upgrade_probe.start()
         started = time.perf_counter()
         migrate(url)
         took = time.perf_counter() - started
-        probe.done.set()
-        probe.join()
+        upgrade_probe.stop()
         after = sizes(url)
         # Retention: the upgraded partitions (every finished event and timeline entry from before
         # the upgrade) dropped as one day would be, while the probe claims.
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("UPDATE tickler_queue SET retention_days = 1")
-            probe = Probe(url)
-            probe.start()
+            drop_probe = Probe(url)
+            drop_probe.start()
             started = time.perf_counter()
             # two days on: the upgraded partitions end at the start of the upgrade's day
             dropped = conn.execute("SELECT dropped FROM tickler_maintain_history(now() + interval '2 days')").fetchone()
             drop_took = time.perf_counter() - started
-            probe.done.set()
-            probe.join()
+            drop_probe.stop()
             counts = dict(conn.execute("SELECT state, sum(n) FROM tickler_queue_count GROUP BY 1").fetchall())
         return {
             "events": events,
             "upgrade_seconds": round(took, 1),
-            "longest_probe_seconds": round(probe.longest, 1),
-            "probe_errors": probe.errors,
+            "longest_probe_seconds": round(upgrade_probe.longest, 1),
+            "probe_errors": upgrade_probe.errors,
             "before_mib": {k: round(v / 2**20) for k, v in before.items()},
             "after_mib": {k: round(v / 2**20) for k, v in after.items() if v > 2**20},
             "dropped": dropped[0] if dropped else None,
             "drop_seconds": round(drop_took, 2),
-            "longest_probe_during_drop_seconds": round(probe.longest, 2),
+            "longest_probe_during_drop_seconds": round(drop_probe.longest, 2),
+            "probe_errors_during_drop": drop_probe.errors,
             "counts_after_drop": {k: int(v) for k, v in counts.items()},
         }
     finally:

@@ -10,15 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tickler.commands import events, queues, schedules
-from tickler.commands.database import NoDatabase, open_store
 from tickler.config import Settings
-from tickler.scheduler.errors import TicklerError
+
+# The subcommands' modules (and the store under them) are imported when they are needed, so that
+# `tickler --version` and the one-line errors of commands/failures.py cost nothing.
 
 NAMES = ("queues", "events", "schedules")
 
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tickler.commands import events, queues, schedules
+
     queues.add_parser(subparsers)
     events.add_parser(subparsers)
     schedules.add_parser(subparsers)
@@ -26,6 +28,10 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Run one of NAMES; 0 done, 1 refused (no such key, conflict...), 2 no database or bad input."""
+    from tickler.commands import events, queues, schedules
+    from tickler.commands.database import NoDatabase, open_store
+    from tickler.scheduler.errors import Invalid, TicklerError
+
     try:
         store, close = open_store(settings)
     except NoDatabase as error:
@@ -38,6 +44,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         print(f"tickler: {error.detail}", file=sys.stderr)
         for field, messages in error.extra.get("errors", {}).items():
             print(f"  {field}: {'; '.join(messages)}", file=sys.stderr)
-        return 1
+        # Input the rules reject is a usage mistake (2), like a bad option; a refusal of valid
+        # input (no such key, a conflict) is 1.
+        return 2 if isinstance(error, Invalid) else 1
     finally:
         close()

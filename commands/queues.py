@@ -50,7 +50,11 @@ def _list(store: Store, as_json: bool) -> int:
                 queue.name,
                 queue.delivery_mode,
                 "paused" if queue.paused else "active",
-                *([g.pending, g.due, g.in_flight, g.dead, age(g.oldest_due_age_seconds)] if g else ["-"] * 5),
+                *(
+                    [g.pending, g.due, g.in_flight, g.dead, age(g.oldest_due_age_seconds) if g.due else "-"]
+                    if g
+                    else ["-"] * 5
+                ),
             ]
         )
     print_table(["QUEUE", "MODE", "STATE", "PENDING", "DUE", "IN_FLIGHT", "DEAD", "OLDEST_DUE"], rows)

@@ -7,8 +7,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 _T = TypeVar("_T")
+
+# The levels and formats TICKLER_LOG_LEVEL and TICKLER_LOG_FORMAT take.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("console", "json")
+# The URL schemes of a PostgreSQL database (tickler speaks to it with psycopg 3).
+POSTGRESQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+
+
+class SettingsError(SystemExit):
+    """A setting that cannot be used; its message names the variable and what it must be.
+    A SystemExit, so that a process built on the settings (gunicorn's worker) stops with the
+    message instead of a traceback; `tickler` prints it as one line and exits with 2."""
 
 
 # How an environment variable is read into a field of each type, and what it must be otherwise.
@@ -35,7 +48,7 @@ def _from_env(cls: type[_T], prefix: str, environ: Mapping[str, str], **given: o
         try:
             values[field_.name] = read(raw)
         except (KeyError, ValueError):
-            raise SystemExit(f"{name} must be {kind}, not {raw!r}") from None
+            raise SettingsError(f"{name} must be {kind}, not {raw!r}") from None
     return cls(**values)
 
 
@@ -86,8 +99,11 @@ class Settings:
     max_wait_seconds: float = 20.0
     # When set, /metrics needs `Authorization: Bearer <metrics_token>`.
     metrics_token: str = ""
-    # Log level of the JSON logs (DEBUG, INFO, WARNING, ...).
+    # Log level (DEBUG, INFO, WARNING, ERROR, CRITICAL).
     log_level: str = "INFO"
+    # How log lines look: "console" (for people) or "json" (one object per line, for machines).
+    # Empty: console when standard error is a terminal, JSON otherwise.
+    log_format: str = ""
     # Connections per process in the database pool.
     pool_size: int = 10
     # Seconds a token's principal and a queue's settings are remembered in each API process
@@ -121,7 +137,19 @@ class Settings:
         """Each setting from TICKLER_ + its name in capitals (TICKLER_POOL_SIZE, ...), the worker's
         from TICKLER_WORKER_ + the knob's name (TICKLER_WORKER_BATCH_SIZE, ...)."""
         settings = _from_env(cls, "TICKLER_", environ, worker=_from_env(WorkerSettings, "TICKLER_WORKER_", environ))
-        return settings.with_overrides(log_level=settings.log_level.upper())
+        level, log_format = settings.log_level.strip().upper(), settings.log_format.strip().lower()
+        if level not in LOG_LEVELS:
+            raise SettingsError(f"TICKLER_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {settings.log_level!r}")
+        if log_format and log_format not in LOG_FORMATS:
+            raise SettingsError(f"TICKLER_LOG_FORMAT must be console or json, not {settings.log_format!r}")
+        scheme = urlsplit(settings.database_url).scheme.lower()
+        if settings.database_url and scheme not in POSTGRESQL_SCHEMES:
+            # The scheme only: the rest of a URL may hold a password.
+            raise SettingsError(
+                f"TICKLER_DATABASE_URL must be a PostgreSQL URL (postgresql://user:password@host:port/database), "
+                f"not a {scheme or 'schemeless'}:// one"
+            )
+        return settings.with_overrides(log_level=level, log_format=log_format)
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,6 +1,9 @@
 """A tiny webhook receiver: verifies tickler's Standard Webhooks signature and prints each delivery.
 
-python examples/receiver.py --port 9000 --secret whsec_...
+python examples/receiver.py --port 9000 --secret whsec_... [--count N]
+
+With --count it exits after N deliveries (status 1 if a signature was bad, or if they did not all
+come within --timeout seconds), so that a script can wait for it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--secret", required=True, help="the queue's signing_secret (whsec_...)")
+    parser.add_argument("--count", type=int, help="exit after this many deliveries")
+    parser.add_argument("--timeout", type=float, default=60.0, help="with --count: give up after this long")
     args = parser.parse_args()
+    seen = {"deliveries": 0, "bad": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -47,12 +53,26 @@ def main() -> None:
             self.send_response(200 if ok else 401)
             self.send_header("Content-Length", "0")
             self.end_headers()
+            seen["deliveries"] += 1
+            seen["bad"] += not ok
 
         def log_message(self, format: str, *args: object) -> None:
             pass
 
+    server = HTTPServer(("127.0.0.1", args.port), Handler)
     print(f"receiver listening on http://127.0.0.1:{args.port}/", flush=True)
-    HTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
+    if args.count is None:
+        server.serve_forever()
+        return
+    server.timeout = 0.5  # handle_request() returns this often, to look at the clock
+    deadline = time.monotonic() + args.timeout
+    while seen["deliveries"] < args.count:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"receiver: {seen['deliveries']} of {args.count} deliveries within {args.timeout:g} s")
+        server.handle_request()
+    server.server_close()
+    if seen["bad"]:
+        raise SystemExit(f"receiver: {seen['bad']} deliveries with a bad signature")
 
 
 if __name__ == "__main__":

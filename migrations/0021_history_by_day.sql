@@ -6,9 +6,10 @@
 -- history, and nothing removed a finished event unless the Spark archive ran.
 --
 --   tickler_event          open events only (waiting, due, in flight): what claims, due counts and
---                          gauges read. Its indexes and every statement that changes an event are
---                          unchanged: a statement finishes an event as before (dequeued_on, outcome),
---                          and the same statement moves it out (tickler_move_finished below).
+--                          gauges read. Its indexes are unchanged, and so are the statements that
+--                          finish an event (dequeued_on, outcome): the same statement moves it out
+--                          (tickler_move_finished below). ack, which finishes nearly every event,
+--                          deletes the row and inserts it into history itself (scheduler/queries.sql).
 --   tickler_event_history  finished events, partitioned by the day (UTC) of dequeued_on.
 --   tickler_timeline       every timeline entry, partitioned by the day (UTC) of `at`.
 --   tickler_event_all      a view of both event tables: what readers of "any event" read.

@@ -98,7 +98,7 @@ FROM (SELECT count(*) AS n, coalesce(sum(event_id), 0) AS id_sum, min(event_id) 
       FROM tickler_archive_item WHERE run_id = %(run_id)s) AS ev,
      (SELECT count(*) AS n, coalesce(sum(t.id), 0) AS id_sum
       FROM tickler_archive_item AS i
-      JOIN tickler_event AS e ON e.id = i.event_id
+      JOIN tickler_event_history AS e ON e.id = i.event_id
       JOIN tickler_timeline AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
       WHERE i.run_id = %(run_id)s) AS tl
 WHERE r.id = %(run_id)s
@@ -118,7 +118,7 @@ SELECT * FROM tickler_archive_run WHERE id = %(run_id)s AND state = 'written' FO
 -- Remove the run's timeline entries (tickler.archiving must be on in this transaction), found
 -- through their key as source_archive_timeline finds them (their events are still there).
 DELETE FROM tickler_timeline AS t
-USING tickler_archive_item AS i JOIN tickler_event AS e ON e.id = i.event_id
+USING tickler_archive_item AS i JOIN tickler_event_history AS e ON e.id = i.event_id
 WHERE i.run_id = %(run_id)s AND t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
 
 -- name: record_archived_keys

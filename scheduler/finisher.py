@@ -111,11 +111,14 @@ class Finisher:
                     retry_in_seconds=d.outcome.retry_in_seconds if isinstance(d.outcome, Failed) else None,
                     dead=isinstance(d.outcome, Dead),
                 )
-                # A warning: a failed attempt, and above all a dead event, is what an operator
-                # scans the logs for.
-                log.warning(
+                # A failed attempt is a warning; the one that makes the events dead is an error,
+                # the line an operator is paged for. Both name the keys, which people search by.
+                (log.error if result.dead else log.warning)(
                     "delivery_failed",
                     queue=d.queue,
+                    item_key=d.lease.events[0].item_key if len(d.lease.events) == 1 else None,
+                    item_keys=[event.item_key for event in d.lease.events] if len(d.lease.events) > 1 else None,
+                    group_key=d.lease.group_key,
                     lease_id=d.lease.lease_id,
                     error=d.outcome.error,
                     dead=result.dead,

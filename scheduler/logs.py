@@ -1,10 +1,12 @@
-"""JSON logs: structlog for tickler's own lines, and stdlib loggers (werkzeug, waitress,
-gunicorn, apscheduler) rendered the same way, one JSON object per line."""
+"""Log lines: structlog for tickler's own, and stdlib loggers (waitress, gunicorn, apscheduler)
+rendered the same way. Two formats: `console` for people (the default on a terminal) and `json`
+for machines (one object per line; the default otherwise). TICKLER_LOG_FORMAT picks one."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 
@@ -16,7 +18,33 @@ _SHARED_PROCESSORS: list[structlog.types.Processor] = [
 ]
 
 
-def configure_logging(level: str = "INFO") -> None:
+def resolve_format(log_format: str, stream: TextIO) -> str:
+    """`console` or `json`: the one asked for, else console on a terminal and JSON elsewhere."""
+    if log_format:
+        return log_format
+    isatty = getattr(stream, "isatty", None)
+    return "console" if isatty is not None and isatty() else "json"
+
+
+def log_handler(log_format: str = "", stream: TextIO | None = None) -> logging.Handler:
+    """A handler that writes records, tickler's and other libraries', in the chosen format."""
+    stream = stream or sys.stderr
+    renderer: list[structlog.types.Processor]
+    if resolve_format(log_format, stream) == "console":
+        # ConsoleRenderer lays out exceptions itself (format_exc_info would make it warn).
+        renderer = [structlog.dev.ConsoleRenderer(colors=bool(stream.isatty()))]
+    else:
+        renderer = [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=_SHARED_PROCESSORS,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    return handler
+
+
+def configure_logging(level: str = "INFO", log_format: str = "") -> None:
     structlog.configure(
         processors=[
             *_SHARED_PROCESSORS,
@@ -27,18 +55,8 @@ def configure_logging(level: str = "INFO") -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
-    formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=_SHARED_PROCESSORS,
-        processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-    )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [log_handler(log_format)]
     root.setLevel(level)
     # Requests are logged once, by tickler, with their request id; the servers' own access
     # lines would only repeat them.

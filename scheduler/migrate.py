@@ -70,10 +70,15 @@ def _applied(conn: psycopg.Connection) -> dict[int, str]:
     return dict(conn.execute("SELECT version, checksum FROM tickler_migration").fetchall())
 
 
-def _check_history(applied: dict[int, str], migrations: list[Migration]) -> list[Migration]:
+def _check_history(
+    applied: dict[int, str], migrations: list[Migration], *, allow_newer: bool = False
+) -> list[Migration]:
     known = {m.version: m for m in migrations}
+    newest_known = max(known, default=0)
     for version, checksum in applied.items():
         migration = known.get(version)
+        if migration is None and allow_newer and version > newest_known:
+            continue  # a newer release migrated ahead of this code (see pending_migrations)
         if migration is None:
             raise MigrationError(f"the database has migration {version}, which this tickler does not know (newer?)")
         if migration.checksum != checksum:
@@ -81,10 +86,14 @@ def _check_history(applied: dict[int, str], migrations: list[Migration]) -> list
     return [m for m in migrations if m.version not in applied]
 
 
-def pending_migrations(url: str) -> list[Migration]:
-    """Migrations not yet applied to the database at `url` (raises MigrationError on a mismatch)."""
+def pending_migrations(url: str, *, allow_newer: bool = False) -> list[Migration]:
+    """Migrations not yet applied to the database at `url` (raises MigrationError on a mismatch).
+
+    `allow_newer`: migrations after this code's newest are no mismatch. An upgrade migrates
+    first, while the previous release still serves (docs/deploy.md): migrations only add what the
+    running code can ignore, so that code stays ready, and a rollback of the code alone works."""
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        return _check_history(_applied(conn), available_migrations())
+        return _check_history(_applied(conn), available_migrations(), allow_newer=allow_newer)
 
 
 # A migration that takes locks while tickler runs may deadlock with a running statement; when
@@ -119,8 +128,12 @@ def migrate(url: str, *, through: int | None = None) -> list[Migration]:
             conn.execute(_LEDGER_DDL)
             for migration in _check_history(_applied(conn), migrations):
                 _apply(conn, migration)
-                log.info("migration_applied", version=migration.version, name=migration.name)
+                log.debug("migration_applied", version=migration.version, name=migration.name)
                 applied_now.append(migration)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
+    if applied_now:
+        # One line for a whole run (a first start applies them all), not one per file.
+        last = applied_now[-1]
+        log.info("migrations_applied", count=len(applied_now), first=applied_now[0].version, last=last.version)
     return applied_now

@@ -725,6 +725,17 @@ WHERE lease_id = CAST(:lease_id AS uuid) AND dequeued_on IS NULL
   AND lease_expires_on > coalesce(CAST(:now AS timestamptz), now())
 LIMIT 1;
 
+-- name: lease_fate
+-- Why a lease can no longer be finished, for the 409 of a stale ack, nack or extend: 'expired'
+-- when its events are still under it, open, past its expiry (nobody claimed them since), else
+-- NULL. Only what the open-lease index answers: finished events are not in it, so an ack that
+-- already landed is told by the key's timeline (the client reads it), not by a table scan here.
+SELECT 'expired'
+FROM tickler_event
+WHERE lease_id = CAST(:lease_id AS uuid) AND dequeued_on IS NULL AND lease_id IS NOT NULL
+  AND lease_expires_on <= now()
+LIMIT 1;
+
 -- name: webhook_queues
 -- Queues whose events the dispatcher delivers by webhook.
 SELECT * FROM tickler_queue WHERE delivery_mode = 'webhook' ORDER BY name;

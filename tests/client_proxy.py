@@ -1,5 +1,6 @@
 """A real HTTP proxy in front of the live server that fails the first requests on purpose: it
-answers 503 or drops the connection without an answer, then forwards. It counts what it saw, so
+answers 503, drops the connection without an answer, or forwards the request and loses the
+answer (the server acted, the client never hears), then forwards. It counts what it saw, so
 tests can tell a retried call from one that was sent once."""
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length",
 class FlakyProxy:
     url: str = ""
     # What to do with the next requests, in order: "503", "500" (an HTML page, as a broken proxy
-    # would send) or "drop"; forwarded once it runs out.
+    # would send), "drop" (not forwarded) or "lose" (forwarded, the answer dropped); forwarded
+    # once it runs out.
     script: list[str] = field(default_factory=list)
     seen: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of every request
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -63,6 +65,10 @@ def flaky_proxy(upstream: str) -> Iterator[FlakyProxy]:
                 response = upstream_conn.getresponse()
                 payload = response.read()
                 passed = {k: v for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP}
+                if action == "lose":
+                    self.close_connection = True
+                    self.connection.close()
+                    return
                 self._answer(response.status, passed, payload)
             finally:
                 upstream_conn.close()

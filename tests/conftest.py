@@ -32,6 +32,46 @@ from tickler.scheduler.wakeup import WakeupListener
 # pipeline_db), for tests/test_pipeline_*.py.
 pytest_plugins = ["tests.client_fixtures", "tests.pipeline_fixtures"]
 
+# What `make test-quick` leaves out: the tests that start a Spark session or a browser.
+HEAVY = {"spark": "spark", "browser": "browser"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the Spark and browser tests (by the fixture they use, or their file) for `-m`."""
+    for item in items:
+        heavy = _heavy_group(item.path.name)
+        fixtures = getattr(item, "fixturenames", ())
+        heavy = heavy or next((marker for fixture, marker in HEAVY.items() if fixture in fixtures), None)
+        if heavy:
+            item.add_marker(getattr(pytest.mark, heavy))
+
+
+def _heavy_group(file_name: str) -> str | None:
+    if file_name.startswith("test_pipeline_"):
+        return "spark"  # the spark fixture's users, and the commands that start Spark in-process
+    if file_name == "test_ui_browser.py":
+        return "browser"
+    return None
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (`-n 4 --dist loadfile`): a test file runs on one worker, so its module
+    fixtures start once; all the Spark files run on one worker, one after the other (one Spark
+    session, which no other file's tests can disturb half-way), and so do the browser files (one
+    Chromium). Each worker has its own database (`database_url`). (pytest 9.2 ignores the node
+    id suffix that `--dist loadgroup` relies on, hence a scheduler of our own.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileSparkAndBrowserTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return _heavy_group(path.rsplit("/", 1)[-1]) or path
+
+    return ByFileSparkAndBrowserTogether(config, log)
+
+
 TABLES = (
     "tickler_event, tickler_timeline, tickler_queue_count, tickler_token, tickler_queue, "
     "tickler_archived_key, tickler_archive_item, tickler_archive_run, tickler_minute_stat, tickler_ui_secret, "

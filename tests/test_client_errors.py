@@ -7,7 +7,9 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
+import psycopg
 import pytest
 from tickler_client import (
     Client,
@@ -17,13 +19,16 @@ from tickler_client import (
     PayloadTooLarge,
     ServerError,
     ServiceUnavailable,
+    StaleLease,
     TicklerError,
     TransportError,
     Unauthorized,
 )
 from werkzeug.serving import make_server
 
+from tests.client_fixtures import MakeClient
 from tests.client_proxy import FlakyProxy, flaky_proxy
+from tests.helpers_wait import wait_until
 from tickler.api import close_app, create_app
 from tickler.config import Settings
 
@@ -35,9 +40,8 @@ def proxy(tickler: Client, live_server: str) -> Iterator[FlakyProxy]:
 
 
 @pytest.fixture
-def via_proxy(proxy: FlakyProxy, token: str) -> Iterator[Client]:
-    with Client(proxy.url, token, timeout=10, retries=2, retry_backoff=0.01) as client:
-        yield client
+def via_proxy(proxy: FlakyProxy, token: str, make_client: MakeClient) -> Client:
+    return make_client(proxy.url, token, timeout=10, retries=2, retry_backoff=0.01)
 
 
 def test_unauthorized_forbidden_and_not_found(live_server: str, tickler: Client, store_token: str) -> None:
@@ -66,7 +70,7 @@ def test_payload_too_large(tickler: Client) -> None:
     assert caught.value.status == 413 and "data" in caught.value.errors
 
 
-def test_a_server_whose_database_is_down_answers_503_with_retry_after(token: str) -> None:
+def test_a_server_whose_database_is_down_answers_503_with_retry_after(token: str, make_client: MakeClient) -> None:
     # The real app, pointed at a database nobody listens on: every token check fails to connect.
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -83,7 +87,7 @@ def test_a_server_whose_database_is_down_answers_503_with_retry_after(token: str
     thread.start()
     try:
         with (
-            Client(f"http://127.0.0.1:{server.server_port}", token, retries=0) as client,
+            make_client(f"http://127.0.0.1:{server.server_port}", token, retries=0) as client,
             pytest.raises(ServiceUnavailable) as caught,
         ):
             client.schedule("emails", "k")
@@ -94,12 +98,12 @@ def test_a_server_whose_database_is_down_answers_503_with_retry_after(token: str
     assert caught.value.status == 503 and caught.value.retry_after == 1.0
 
 
-def test_no_server_is_a_transport_error() -> None:
+def test_no_server_is_a_transport_error(make_client: MakeClient) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with (
-        Client(f"http://127.0.0.1:{port}", "t", retries=1, retry_backoff=0.01) as client,
+        make_client(f"http://127.0.0.1:{port}", "t", retries=1, retry_backoff=0.01) as client,
         pytest.raises(TransportError) as caught,
     ):
         client.get("emails", "k")
@@ -150,6 +154,39 @@ def test_schedule_with_ignore_and_ack_are_retried(proxy: FlakyProxy, via_proxy: 
     proxy.fail_next("drop")
     via_proxy.ack(lease)
     assert len(proxy.seen) == 2 and tickler.get("emails", "k").status == "delivered"
+
+
+def test_a_resent_ack_is_told_apart_from_a_lost_lease(
+    proxy: FlakyProxy, via_proxy: Client, tickler: Client, raw: psycopg.Connection[Any]
+) -> None:
+    tickler.schedule("emails", "k")
+    [lease] = tickler.claim("emails", worker="w")
+    proxy.fail_next("lose")  # the ack lands, its answer is lost; the retry finds the lease finished
+    with pytest.raises(StaleLease) as caught:
+        via_proxy.ack(lease)
+    resent = caught.value
+    # the ack, sent again after no answer, then the key's timeline read to tell why it is stale
+    assert [method for method, _ in proxy.seen] == ["POST", "POST", "GET"]
+    assert tickler.get("emails", "k").status == "delivered"
+    assert (resent.after_unanswered_try, resent.lease_status, resent.already_finished) == (True, "delivered", True)
+    assert "already finished" in resent.detail and "already finished" in str(resent)
+    tickler.schedule("emails", "j")
+    [lost] = tickler.claim("emails", worker="w", lease_seconds=0.2)
+
+    def expired() -> bool:
+        row = raw.execute("SELECT lease_expires_on <= now() FROM tickler_event WHERE item_key = 'j'").fetchone()
+        return row is not None and bool(row[0])
+
+    wait_until(expired, what="the lease expiring")
+    with pytest.raises(StaleLease) as caught:
+        via_proxy.ack(lost)  # no answer was lost: the lease itself was
+    assert (caught.value.after_unanswered_try, caught.value.lease_status) == (False, "expired")
+    assert not caught.value.already_finished and "expired" in caught.value.detail
+    [again] = tickler.claim("emails", worker="other")
+    with pytest.raises(StaleLease) as caught:
+        via_proxy.extend(lost, 30)  # claimed again by another worker: the server cannot say more
+    assert (caught.value.lease_status, caught.value.already_finished) == ("unknown", False)
+    tickler.ack(again)
 
 
 def test_an_unexpected_answer_is_a_server_error_and_not_retried(proxy: FlakyProxy, via_proxy: Client) -> None:

@@ -18,6 +18,7 @@ from tickler_client import (
     NewEvent,
     NotFound,
     PreconditionFailed,
+    TicklerError,
     ValidationError,
 )
 
@@ -50,8 +51,15 @@ def test_delay_as_seconds_or_timedelta_and_due_now(tickler: Client) -> None:
 
 
 def test_a_naive_datetime_is_refused_before_sending(tickler: Client, raw: psycopg.Connection[Any]) -> None:
-    with pytest.raises(ValueError, match="timezone"):
+    with pytest.raises(ValidationError, match="timezone") as caught:
         tickler.schedule("emails", "k", schedule_on=datetime(2030, 1, 1, 9, 0))
+    assert isinstance(caught.value, TicklerError) and caught.value.status == 0
+    assert list(caught.value.errors) == ["schedule_on"]
+    with pytest.raises(ValidationError, match="timezone"):
+        tickler.schedule_batch("emails", [NewEvent("k", schedule_on=datetime(2030, 1, 1, 9, 0))])
+    with pytest.raises(ValidationError) as caught:
+        tickler.schedule("emails", "k", {"n": float("nan")})  # JSON has no NaN: refused before sending
+    assert list(caught.value.errors) == ["body"]
     assert written(raw) == (0, 0)
 
 
@@ -144,10 +152,13 @@ def test_search_follows_next_cursor_across_pages(tickler: Client) -> None:
         tickler.schedule(
             "emails", key, {"i": i}, schedule_on=base + timedelta(minutes=i), group_key="g" if i % 2 else None
         )
-    first = tickler.search_page("emails", limit=10)
+    first = tickler.search_page("emails", page_size=10)
     assert len(first.events) == 10 and first.next_cursor is not None
-    second = tickler.search_page("emails", limit=10, cursor=first.next_cursor)
+    second = tickler.search_page("emails", page_size=10, cursor=first.next_cursor)
     assert [e.item_key for e in second.events] == keys[10:20]
+    with pytest.warns(DeprecationWarning, match="page_size"):
+        old_name = tickler.search_page("emails", limit=10, cursor=first.next_cursor)  # the old name still works
+    assert old_name == second
     found = list(tickler.search("emails", page_size=7))  # four requests: 7 + 7 + 7 + 2
     assert [e.item_key for e in found] == keys
     assert all(isinstance(e, Event) for e in found)
@@ -198,7 +209,10 @@ def test_validation_errors_keep_every_field(tickler: Client, raw: psycopg.Connec
     assert written(raw) == (0, 0)
 
 
-def test_the_readme_walk_through_runs(tickler: Client, live_server: str, token: str) -> None:
+def test_the_readme_walk_through_runs(
+    tickler: Client, live_server: str, token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOKEN", token)  # the README's Python reads the token the shell exported
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme.split("## The same from Python", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]

@@ -76,10 +76,13 @@ def test_extend_moves_the_expiry_and_a_stale_lease_cannot_be_extended(
     tickler.schedule("emails", "k")
     [lease] = tickler.claim("emails", worker="w", lease_seconds=5)
     assert 4 < lease.lease_seconds <= 5
-    expires = tickler.extend(lease, 600)
-    assert isinstance(expires, datetime) and (expires - lease.expires_at).total_seconds() > 500
-    stored = raw.execute("SELECT lease_expires_on FROM tickler_event_all WHERE item_key = 'k'").fetchone()
-    assert stored is not None and stored[0] == expires
+    extended = tickler.extend(lease, 600)
+    assert isinstance(extended, Lease) and (extended.lease_id, extended.events) == (lease.lease_id, lease.events)
+    assert (extended.expires_at - lease.expires_at).total_seconds() > 500
+    stored = raw.execute("SELECT lease_expires_on FROM tickler_event WHERE item_key = 'k'").fetchone()
+    assert stored is not None and stored[0] == extended.expires_at
+    by_id = tickler.extend(lease.lease_id, 600)  # an id alone: the lease's id and new expiry
+    assert (by_id.lease_id, by_id.events) == (lease.lease_id, []) and by_id.expires_at >= extended.expires_at
     tickler.ack(lease)
     with pytest.raises(StaleLease):
         tickler.extend(lease, 60)

@@ -1,12 +1,24 @@
 """The Python client's operations calls against the real server: retry dead events, pause and
-resume a queue, flow-control settings, delete a queue, list queues."""
+resume a queue, flow-control settings, delete a queue, list queues, manage tokens."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from tickler_client import Client, Conflict, DeletedQueue, Forbidden, NotFound, Queue, ValidationError
+from tickler_client import (
+    Client,
+    Conflict,
+    DeletedQueue,
+    Forbidden,
+    NotFound,
+    Queue,
+    Token,
+    Unauthorized,
+    ValidationError,
+)
+
+from tests.client_fixtures import MakeClient
 
 
 def dead(client: Client, key: str, group_key: str | None = None) -> None:
@@ -72,8 +84,10 @@ def test_queue_settings_counts_and_flow_control(admin: Client, tickler: Client) 
     cleared = admin.put_queue("emails", max_in_flight=None)
     assert (cleared.max_in_flight, cleared.rate_per_second) == (None, 50.0)  # only what was given changes
     assert [q.name for q in tickler.list_queues()] == ["emails"]
-    admin.put_queue("other", pull=True)
+    admin.put_queue("other", delivery="pull")
     assert [q.name for q in admin.list_queues()] == ["emails", "other"]
+    with pytest.warns(DeprecationWarning, match='delivery="pull"'):
+        assert admin.put_queue("third", pull=True).delivery == {"mode": "pull"}  # the old spelling still works
     with pytest.raises(ValidationError) as caught:
         admin.put_queue("emails", max_in_flight=0)
     assert "max_in_flight" in caught.value.errors
@@ -87,3 +101,34 @@ def test_delete_queue(admin: Client, tickler: Client) -> None:
     assert deleted == DeletedQueue(name="emails", cancelled=1, deleted_events=deleted.deleted_events)
     with pytest.raises(NotFound):
         admin.get_queue("emails")
+
+
+def test_admins_issue_list_and_revoke_tokens(
+    admin: Client, tickler: Client, live_server: str, make_client: MakeClient
+) -> None:
+    issued = admin.create_token("billing-service", queues=["emails"])
+    assert (
+        isinstance(issued, Token)
+        and issued.token
+        and (issued.name, issued.queues, issued.admin)
+        == (
+            "billing-service",
+            ["emails"],
+            False,
+        )
+    )
+    billing = make_client(live_server, issued.token)
+    assert billing.schedule("emails", "invoice:1").enqueued_by == "billing-service"
+    listed = {t.id: t for t in admin.list_tokens()}
+    assert listed[issued.id].token is None and listed[issued.id].revoked_on is None  # never shown again
+    revoked = admin.revoke_token(issued.id)
+    assert revoked.revoked_on is not None and admin.revoke_token(issued.id).revoked_on == revoked.revoked_on
+    with pytest.raises(Unauthorized):
+        billing.get("emails", "invoice:1")
+    with pytest.raises(Forbidden):
+        tickler.list_tokens()  # a queue token is no admin
+    with pytest.raises(NotFound):
+        admin.revoke_token(999_999)
+    with pytest.raises(ValidationError) as caught:
+        admin.create_token("x", queues=["Not A Queue"])
+    assert "queues" in caught.value.errors

@@ -1,4 +1,5 @@
-"""The client is a package of its own: one declared dependency, nothing of the server imported.
+"""The client is a package of its own: one declared dependency (the outbox's driver is an extra),
+nothing of the server imported.
 (`clients/python/check_install.py`, run by .ci/run, installs it into a fresh virtualenv.)"""
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from packaging.requirements import Requirement
 SERVER_MODULES = ("flask", "sqlalchemy", "psycopg", "pyspark", "marshmallow", "apscheduler", "tickler")
 
 
-def test_the_only_dependency_is_requests() -> None:
-    assert {Requirement(r).name for r in requires("tickler-client") or []} == {"requests"}
+def test_the_only_dependency_is_httpx_and_the_outbox_is_an_extra() -> None:
+    declared = [Requirement(r) for r in requires("tickler-client") or []]
+    assert {r.name for r in declared if r.marker is None} == {"httpx"}
+    assert {r.name for r in declared if r.marker and r.marker.evaluate({"extra": "outbox"})} == {"psycopg"}
     assert version("tickler-client") == tickler_client.__version__
 
 

@@ -91,6 +91,9 @@ def test_serve_started_in_the_background_stops_on_sigint(database_url: str, tmp_
     try:
         entry = wait_until(serving, timeout=60, what=lambda: log_path.read_text()[-2000:])
         assert str(entry["url"]).startswith("http://127.0.0.1:"), entry
+        # where to point a browser, and where the data lives (the server and database, no password)
+        assert entry["dashboard"] == f"{entry['url']}/ui/" and entry["docs"] == f"{entry['url']}/docs", entry
+        assert entry["api"] == f"{entry['url']}/v1" and "/tickler_test_" in str(entry["database"]), entry
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
     finally:
@@ -130,3 +133,24 @@ def test_timeline_details_spell_times_with_z(client: FlaskClient, admin_token: s
     assert timeline is not None
     times = [v for e in timeline["entries"] for k, v in e["details"].items() if k.endswith(("_at", "_on"))]
     assert times and all(isinstance(t, str) and t.endswith("Z") for t in times if t is not None), times
+
+
+def test_metrics_name_their_charset_once(client: FlaskClient) -> None:
+    content_type = client.get("/metrics").headers["Content-Type"]
+    assert content_type.startswith("text/plain") and content_type.count("charset") == 1, content_type
+
+
+def test_reports_and_rejects_of_the_pipeline_are_ignored_by_git() -> None:
+    ignored = (Path(__file__).resolve().parents[1] / ".gitignore").read_text().splitlines()
+    assert "report/" in ignored and "*.rejects.csv" in ignored
+
+
+def test_tickler_version_imports_neither_the_store_nor_the_app() -> None:
+    """What makes every command slow to start is what it imports: --version needs none of it."""
+    program = (
+        "import sys; from tickler.cli import main; main(['--version']); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'psycopg', 'flask', 'structlog'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+    version_line, imported = done.stdout.splitlines()
+    assert version_line.startswith("tickler ") and imported == "[]", done.stdout

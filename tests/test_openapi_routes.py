@@ -19,8 +19,8 @@ from tickler.scheduler import rules
 from tickler.scheduler.store import Store
 
 IGNORED_METHODS = {"HEAD", "OPTIONS"}
-# Routes outside /v1 that are deliberately not operations of the API document.
-UNDOCUMENTED = re.compile(r"^/(metrics|openapi\.json|docs|ui|static)\b")
+# Routes outside /v1 that are deliberately not operations of the API document (`/` leads to /ui/).
+UNDOCUMENTED = re.compile(r"^/((metrics|openapi\.json|docs|ui|static)\b|$)")
 
 
 def _routes(app: Flask) -> set[tuple[str, str]]:

@@ -21,7 +21,7 @@ from tickler.pipeline import ship
 ROOT = Path(__file__).resolve().parent.parent
 # What the wheel is built from: the project's metadata, the package and the folders it links to.
 SOURCES = ("pyproject.toml", "README.md", "tickler", "scheduler", "api", "config", "migrations", "pipeline", "commands")
-SOURCES += ("cli.py", "wsgi.py")
+SOURCES += ("cli.py", "wsgi.py", "scripts")  # scripts/: the build backend (tickler_build.py)
 
 # A program with packages of its own named as tickler's folders are, which runs a worker.
 EMBEDDER = """
@@ -201,3 +201,25 @@ def test_a_program_with_its_own_config_and_api_embeds_the_installed_worker(
     command = subprocess.run([str(env_dir / "bin" / "tickler"), "--help"], cwd=program, env=clean,
                              capture_output=True, text=True, check=False)  # fmt: skip
     assert command.returncode == 0 and "worker" in command.stdout, command.stderr
+
+
+@pytest.mark.slow
+def test_an_editable_install_warns_of_nothing(tmp_path: Path) -> None:
+    """`pip install -e .` (make install, make serve) builds through scripts/tickler_build.py: no
+    "folders with the same name" warning about the tickler/ folder, which is the package itself."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    (tmp_path / "out").mkdir()
+    build = "import sys, tickler_build; print(tickler_build.build_editable(sys.argv[1]))"
+    env = {**os.environ, "PYTHONPATH": str(source / "scripts"), "PYTHONWARNINGS": "default"}
+    done = subprocess.run(
+        [sys.executable, "-c", build, str(tmp_path / "out")], cwd=source, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith(".whl")
+    assert "same name" not in done.stderr and "Editable installation" not in done.stderr, done.stderr[-3000:]

@@ -39,7 +39,7 @@ def fill(raw: psycopg.Connection[Any], events: int = 300) -> None:
     raw.execute(
         "INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)"
         " SELECT e.queue, e.item_key, e.id, e.dequeued_on, a.action, 'w', e.schedule_on, '{}'"
-        " FROM tickler_event AS e CROSS JOIN (VALUES ('enqueued'), ('claimed'), ('delivered')) AS a (action)"
+        " FROM tickler_event_all AS e CROSS JOIN (VALUES ('enqueued'), ('claimed'), ('delivered')) AS a (action)"
     )
 
 
@@ -72,8 +72,8 @@ def test_the_timeline_is_never_scanned_once_per_item(name: str, raw: psycopg.Con
         "INSERT INTO tickler_archive_run (cutoff, location, event_count, timeline_count, event_id_sum,"
         " timeline_id_sum) VALUES (now(), '/tmp/a', 0, 0, 0, 0)"
     )
-    raw.execute("INSERT INTO tickler_archive_item (run_id, event_id) SELECT 1, id FROM tickler_event")
-    raw.execute("ANALYZE tickler_event, tickler_timeline")
+    raw.execute("INSERT INTO tickler_archive_item (run_id, event_id) SELECT 1, id FROM tickler_event_all")
+    raw.execute("ANALYZE tickler_event_history, tickler_timeline")
     with raw.transaction():
         # the worst statistics shift: only nested loops are left to the planner
         raw.execute("SET LOCAL enable_hashjoin = off")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 from flask.testing import FlaskClient
 
 from tests.conftest import auth
+from tickler.config import Settings
+from tickler.scheduler.store import QueueSettings, Store
 
 
 def test_issue_use_list_and_revoke(client: FlaskClient, admin_token: str, emails: str) -> None:
@@ -44,23 +47,35 @@ def test_only_admins_manage_tokens_and_bad_input_is_400(client: FlaskClient, adm
 
 def test_cli_lists_and_revokes(store: object, database_url: str, admin_token: str) -> None:
     env = {"TICKLER_DATABASE_URL": database_url, "TICKLER_LOG_LEVEL": "WARNING", "PATH": "/usr/bin:/bin"}
-    listed = subprocess.run(
-        [sys.executable, "-m", "tickler.cli", "token", "list"], env=env, capture_output=True, text=True, check=True
-    )
-    [line] = listed.stdout.splitlines()
-    token_id, name, scope, state = line.split("\t")
+
+    def tickler(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tickler.cli", *args], env=env, capture_output=True, text=True)
+
+    header, line = tickler("token", "list").stdout.splitlines()
+    assert header.split() == ["ID", "NAME", "SCOPE", "CREATED", "STATE"]
+    token_id, name, scope, *_, state = line.split()
     assert (name, scope, state) == ("ops", "admin", "active")
-    revoked = subprocess.run(
-        [sys.executable, "-m", "tickler.cli", "token", "revoke", token_id],
+    [listed] = json.loads(tickler("token", "list", "--json").stdout)
+    assert listed["id"] == int(token_id) and listed["admin"] is True and listed["revoked_on"] is None
+    revoked = tickler("token", "revoke", token_id)
+    assert revoked.returncode == 0 and "revoked" in revoked.stdout
+    again = tickler("token", "revoke", token_id)
+    assert again.returncode == 1
+    assert "already revoked" in again.stderr and again.stdout == ""
+    assert tickler("token", "revoke", "4242").returncode == 1
+
+
+def test_cli_warns_of_a_token_for_a_queue_that_does_not_exist(store: Store, database_url: str) -> None:
+    env = {"TICKLER_DATABASE_URL": database_url, "TICKLER_LOG_LEVEL": "WARNING", "PATH": "/usr/bin:/bin"}
+    store.queues.put("emails", QueueSettings(), Settings())
+    created = subprocess.run(
+        [sys.executable, "-m", "tickler.cli", "token", "create", "svc", "--queue", "emails", "--queue", "emials"],
         env=env,
         capture_output=True,
         text=True,
         check=True,
     )
-    assert "revoked" in revoked.stdout
-    assert (
-        subprocess.run(
-            [sys.executable, "-m", "tickler.cli", "token", "revoke", "4242"], env=env, capture_output=True, text=True
-        ).returncode
-        == 1
-    )
+    [token] = created.stdout.split()  # only the token on stdout
+    assert token.startswith("tkl_")
+    assert "no queue named 'emials'" in created.stderr
+    assert "'emails'" not in created.stderr

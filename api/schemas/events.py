@@ -163,7 +163,13 @@ class SearchArgsSchema(Schema):
     )
     fairness_key = Key(metadata={"description": "Only events of this fairness key."})
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1))
-    cursor = fields.String(validate=validate.Length(max=2000))
+    cursor = fields.String(
+        validate=[validate.Length(min=1, max=2000), validate.Regexp(patterns.CURSOR_PATTERN)],
+        metadata={
+            "description": "next_cursor of the previous page (opaque: only one handed out is valid).",
+            "pattern": patterns.CURSOR_PATTERN,
+        },
+    )
 
     def __init__(self, *, max_limit: int = 1000, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -268,4 +274,12 @@ class ProblemSchema(Schema):
     event = fields.Nested(EventSchema, metadata={"description": "The open event of the key, on a 409 key-conflict."})
     archived = fields.Dict(
         metadata={"description": "With type .../archived: where the key's archived history is (as in its timeline)."}
+    )
+    lease_status = fields.String(
+        metadata={
+            "description": "On a 409 stale-lease: `expired` (its time ran out and nobody claimed its events since) "
+            "or `unknown` (finished, claimed again, or never a lease; an ack that already landed shows in the "
+            "key's timeline as a `delivered` entry carrying this lease_id).",
+            "enum": ["expired", "unknown"],
+        }
     )

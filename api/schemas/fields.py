@@ -161,7 +161,11 @@ class WhenSchema(Schema):
     openapi_extra: ClassVar[dict[str, Any]] = patterns.NOT_BOTH_WHEN
 
     schedule_on = RuledTime(
-        rules.schedule_on, metadata={"description": "Deliver at this time (RFC 3339 with an offset)."}
+        rules.schedule_on,
+        metadata={
+            "description": "Deliver at this time (RFC 3339 with an offset): not before 1970-01-01T00:00:00Z, "
+            "at most 100 years ahead (a range JSON Schema cannot state for a date-time)."
+        },
     )
     delay_seconds = RuledNumber(
         rules.delay_seconds,

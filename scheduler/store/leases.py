@@ -330,6 +330,12 @@ class LeaseStore(EngineStore):
             queue: str | None = conn.execute(q("lease_queue"), {"lease_id": lease_id, "now": now}).scalar()
         return queue
 
+    def fate(self, lease_id: str) -> str:
+        """What became of a lease that is no longer live (see lease_fate): `expired` or `unknown`."""
+        with self.autocommit.connect() as conn:
+            fate: str | None = conn.execute(q("lease_fate"), {"lease_id": lease_id}).scalar()
+        return fate or "unknown"
+
     def plan_sleep(self, queues: Sequence[str], *, max_seconds: float) -> SleepPlan:
         """Before a dispatcher sleeps: find its next due time and publish when it will look again.
 

@@ -1,11 +1,15 @@
-"""Turning Python arguments into the JSON fields of requests."""
+"""Turning Python arguments into the JSON fields of requests (refusing, before anything is
+sent, what the client can tell is wrong)."""
 
 from __future__ import annotations
 
 import enum
+import warnings
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from tickler_client.errors import ValidationError
 
 
 class Unset(enum.Enum):
@@ -17,12 +21,15 @@ class Unset(enum.Enum):
 UNSET = Unset.UNSET
 
 
-def timestamp(value: datetime | str) -> str:
-    """RFC 3339 with an offset. A naive datetime is refused here: the server would guess nothing."""
+def timestamp(value: datetime | str, name: str = "schedule_on") -> str:
+    """RFC 3339 with an offset. A naive datetime is refused before any request (`ValidationError`
+    naming the argument): it means a different instant on every machine, and the server would
+    refuse its text anyway."""
     if isinstance(value, str):
         return value
     if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{value!r} has no timezone; give an aware datetime (e.g. tzinfo=timezone.utc)")
+        message = f"{value!r} has no timezone; give an aware datetime (e.g. tzinfo=timezone.utc)."
+        raise ValidationError(message, errors={name: [message]})
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -48,3 +55,8 @@ def statuses(value: str | Iterable[str] | None) -> str | None:
 
 def without_none(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def deprecated(old: str, new: str) -> None:
+    """Warn once per call site that `old` is an old name, kept so existing callers keep working."""
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=4)

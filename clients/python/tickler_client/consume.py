@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
 from tickler_client.errors import ServiceUnavailable, StaleLease, TicklerError, TransportError
@@ -68,7 +67,7 @@ class LeaseCalls(Protocol):
         self, lease: Lease | str, error: str, *, retry_in_seconds: float | None = ..., dead: bool = ...
     ) -> NackResult: ...
 
-    def extend(self, lease: Lease | str, seconds: float) -> datetime: ...
+    def extend(self, lease: Lease | str, seconds: float) -> Lease: ...
 
 
 def default_worker_name() -> str:
@@ -149,6 +148,13 @@ class Heartbeat:
             return True
 
 
+def set_from_a_signal(event: threading.Event) -> None:
+    """Set `event` from a signal handler. Not directly: the handler runs in the main thread,
+    perhaps while that thread is inside `event.wait()` holding the event's lock, and `set()`
+    would wait for that lock forever."""
+    threading.Thread(target=event.set, name="tickler-signal").start()
+
+
 @contextlib.contextmanager
 def stop_on_signals(stop: threading.Event, enabled: bool) -> Iterator[None]:
     """SIGINT and SIGTERM set `stop` while the loop runs (main thread only); the old handlers come
@@ -159,7 +165,7 @@ def stop_on_signals(stop: threading.Event, enabled: bool) -> Iterator[None]:
 
     def _handle(signum: int, frame: Any) -> None:
         log.info("tickler consumer stopping on signal %s", signum)
-        stop.set()
+        set_from_a_signal(stop)
 
     previous = {sig: signal.signal(sig, _handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -169,7 +175,7 @@ def stop_on_signals(stop: threading.Event, enabled: bool) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _error_text(error: BaseException) -> str:
+def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:MAX_ERROR_LENGTH]
 
 
@@ -191,7 +197,7 @@ def _finish(
         _nack(calls, lease, failure, stats)
     elif failure is not None:
         log.warning("tickler handler failed on lease %s: %s", lease.lease_id, failure, exc_info=failure)
-        _nack(calls, lease, Nack(_error_text(failure)), stats)
+        _nack(calls, lease, Nack(error_text(failure)), stats)
     else:
         try:
             calls.ack(lease)

@@ -41,7 +41,9 @@ class TicklerError(Exception):
 
 
 class ValidationError(TicklerError):
-    """400: the request was refused and nothing was written; `errors` names each field.
+    """400: the request was refused and nothing was written; `errors` names each field. Also
+    raised by the client itself, before any request, for what it can tell is wrong (a naive
+    datetime, a NaN in `data`): then `status` is 0.
 
     >>> try:
     ...     client.schedule("emails", "k", delay=-1)
@@ -87,11 +89,29 @@ class Conflict(TicklerError):
 class StaleLease(Conflict):
     """409 on a lease call: the lease expired, was finished, or was claimed again by someone else.
 
+    `lease_status` says which, where it can be known: `expired` (its time ran out; the server
+    says so while nobody claimed its events since), or — for an `ack` or `nack` given the
+    `Lease` itself, read from its key's timeline — `delivered` (acked already: what an ack
+    resent after a lost answer finds), `retrying` or `dead` (nacked already); else `unknown`
+    (claimed again by another worker, or never a lease). `already_finished` is True when this
+    very lease finished its events. `after_unanswered_try` is True when an earlier try of this
+    call got no answer (the call may itself have landed).
+
     >>> try:
-    ...     client.ack(lease.lease_id)
-    ... except StaleLease:
-    ...     pass  # the events will be (or were) delivered again under another lease
+    ...     client.ack(lease)
+    ... except StaleLease as stale:
+    ...     if not stale.already_finished:
+    ...         log.warning("lease lost: its events will be delivered again")
     """
+
+    def __init__(self, detail: str, *, lease_status: str = "unknown", **fields: Any) -> None:
+        super().__init__(detail, **fields)
+        self.lease_status = lease_status
+        self.after_unanswered_try = False
+
+    @property
+    def already_finished(self) -> bool:
+        return self.lease_status in ("delivered", "retrying", "dead")
 
 
 class PreconditionFailed(TicklerError):
@@ -171,7 +191,7 @@ def error_for(status: int, body: Any, *, lease_call: bool = False, retry_after: 
         "problem": problem,
     }
     if status == 409 and lease_call:
-        return StaleLease(detail, **fields)
+        return StaleLease(detail, lease_status=str(problem.get("lease_status") or "unknown"), **fields)
     if status == 409:
         event = problem.get("event")
         return Conflict(detail, event=parse_event(event) if isinstance(event, dict) else None, **fields)

@@ -222,3 +222,23 @@ def parse_schedule(body: dict[str, Any], queue: str) -> Schedule:
         queue=str(body.get("queue") or queue),
         last_enqueued=_maybe_time(last),
     )
+
+
+def _strings(value: Any) -> list[str]:
+    return [str(v) for v in value or []]
+
+
+@model
+class Token:
+    """An API token as admins see it (never the secret itself, except `token` in the answer to
+    `create_token`: the one time it is shown). `name` is its principal; `queues` the queues it
+    may use (an admin token may use all); `revoked_on` is set once revoked."""
+
+    id: int = wire(int)
+    name: str = wire(str)
+    admin: bool = wire(bool, missing=False)
+    queues: list[str] = wire(_strings, missing=None)
+    created_on: datetime | None = wire(_maybe_time, missing=None)
+    revoked_on: datetime | None = wire(_maybe_time, missing=None)
+    token: str | None = wire(missing=None, default=None)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

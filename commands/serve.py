@@ -1,0 +1,127 @@
+"""`tickler serve`: the API and a dispatcher in one process.
+
+Start-up goes from cheap to expensive so that a mistake stops it before anything runs: the port
+is bound first (in use, or a host that does not resolve: one line, nothing started), then the
+database is named, reached and migrated, then the dispatcher starts, and only then the server
+answers. Ctrl-C or SIGTERM at any moment stops what had started, and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import Callable
+from types import FrameType
+
+import structlog
+
+from tickler.commands.failures import Refused, describe_database
+from tickler.config import Settings
+
+log = structlog.get_logger("tickler.serve")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, or Refused saying why not (in use, no such address)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as error:
+        raise Refused(
+            f"cannot listen on {host!r}: the address does not resolve ({error}); try --host 127.0.0.1"
+        ) from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        if os.name == "posix":  # what waitress does: a restart may bind while old connections linger
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        if error.errno in (98, 48, 10048):  # EADDRINUSE on Linux, macOS, Windows
+            raise Refused(
+                f"port {port} on {host} is already in use (another tickler serve?); stop it or pick another with --port"
+            ) from None
+        raise Refused(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    return sock
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(settings: Settings, host: str, port: int, threads: int) -> int:
+    """Run until SIGTERM or SIGINT; 0 when stopped so. Refused (one line, exit 2) for a mistake."""
+    # First of all: a shell starts a background job (`tickler serve &`) with SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler; SIGTERM stops the same way.
+    signal.signal(signal.SIGINT, _raise_interrupt)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    sock = bind(host, port)
+    serving = False
+
+    def now_serving() -> None:
+        nonlocal serving
+        serving = True
+
+    with contextlib.ExitStack() as started:
+        started.callback(sock.close)
+        try:
+            return _start_and_run(settings, sock, threads, started, now_serving)
+        except KeyboardInterrupt:
+            # Everything started so far is stopped by the ExitStack, in reverse order.
+            if serving:
+                return 0
+            raise Refused("interrupted while starting; nothing was left running", exit_code=130) from None
+
+
+def _start_and_run(
+    settings: Settings,
+    sock: socket.socket,
+    threads: int,
+    started: contextlib.ExitStack,
+    now_serving: Callable[[], None],
+) -> int:
+    import waitress
+
+    from tickler.api import close_app, create_app
+    from tickler.scheduler.db import resolve_database_url
+    from tickler.scheduler.migrate import migrate
+    from tickler.scheduler.worker import Worker
+
+    where = describe_database(settings)
+    log.info("database", database=where)  # before reaching it: a failure then names what it tried
+    url = resolve_database_url(settings.database_url, settings.data_dir)
+    if settings.migrate_on_start:
+        migrate(url)
+    app = create_app(settings.with_overrides(database_url=url, migrate_on_start=False), configure_logs=False)
+    started.callback(close_app, app)
+    ext = app.extensions["tickler"]
+    worker = Worker(settings=settings, database_url=url, engine=ext.store.engine, deliver_webhooks=True)
+    worker.start()
+    started.callback(worker.stop)
+    server = waitress.create_server(app, sockets=[sock], threads=threads, ident="tickler")
+    started.callback(server.close)
+    bound_host, bound_port = sock.getsockname()[:2]
+    base = f"http://{_url_host(bound_host)}:{bound_port}"
+    log.info(
+        "serving",
+        url=base,
+        api=f"{base}/v1",
+        dashboard=f"{base}/ui/",
+        docs=f"{base}/docs",
+        database=where,
+        pid=os.getpid(),
+        threads=threads,
+    )
+    now_serving()
+    server.run()
+    return 0
+
+
+def _url_host(host: str) -> str:
+    """How a listening address is written in a URL a person can open."""
+    if host in ("0.0.0.0", "::"):
+        return "127.0.0.1" if host == "0.0.0.0" else "[::1]"
+    return f"[{host}]" if ":" in host else host
