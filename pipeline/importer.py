@@ -1,13 +1,16 @@
 """Bulk import: schedule events from CSV or Parquet, checked with the API's rules, loaded set-based.
 
 Spark reads the file and numbers its rows; rows are spread over partitions by (queue, item_key),
-so the later rows of a key already seen are found without a second pass. Each partition then,
-batch by batch (one transaction each), validates its rows (pipeline.validate), COPYs the good ones
-into a temporary staging table and writes them with one statement through tickler_schedule(), the
-SQL function the API schedules through too (pipeline/queries.sql: import_write), which writes their
-timeline entries and wakes dispatchers. Each batch records itself, its counts and its rejects in the import ledger
-(migration 0013) in the same transaction: a batch already recorded is skipped, so a retried task or
-a rerun resumes, and the counts and the rejects file are read from the ledger.
+so the later rows of a key already seen are found without a second pass. The row checks run as
+Spark SQL expressions in the executors' JVM (pipeline.plain_rows): a row they vouch for arrives in
+Python as its line of COPY text, any other row as JSON for pipeline.validate.check_row, which
+decides it and spells the reason. Each partition then, batch by batch (one transaction each),
+COPYs the good rows into a temporary staging table and writes them with one statement through
+tickler_schedule(), the SQL function the API schedules through too (pipeline/queries.sql:
+import_write), which writes their timeline entries and wakes dispatchers. Each batch records
+itself, its counts and its rejects in the import ledger (migration 0013) in the same transaction:
+a batch already recorded is skipped, so a retried task or a rerun resumes, and the counts and the
+rejects file are read from the ledger.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,11 +28,12 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 from pyspark import RDD, StorageLevel
+from pyspark.serializers import UTF8Deserializer
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from tickler.pipeline import db
+from tickler.pipeline import db, plain_rows
 from tickler.pipeline.limits import InputRefused, MaxInvalid
 from tickler.pipeline.progress import track
 from tickler.pipeline.spark import PipelineError
@@ -111,6 +114,42 @@ def _check_columns(frame: DataFrame, default_queue: str | None) -> None:
         raise PipelineError(f"missing column(s): {', '.join(missing)}")
 
 
+def _fields(frame: DataFrame, queue: str | None) -> DataFrame:
+    """The file's columns as FIELDS (a missing one null), the queue defaulted to --queue."""
+    given = {c: F.col(c) for c in frame.columns}
+    queue_column = F.col("queue") if "queue" in given else F.lit(None).cast("string")
+    if queue:
+        queue_column = F.coalesce(F.when(queue_column != "", queue_column), F.lit(queue))
+    return frame.select(*[(given.get(f, F.lit(None).cast("string"))).alias(f) for f in FIELDS if f != "queue"],
+                        queue_column.alias("queue"))  # fmt: skip
+
+
+def check_only(
+    spark: SparkSession, path: str, *, queues: frozenset[str], max_data_bytes: int, partitions: int
+) -> tuple[int, int]:
+    """The import's Spark side alone, nothing written (for bench/pipeline_bench.py's profile): the
+    file read, numbered, spread by key and turned into the loader's lines. Returns (rows, rows the
+    JVM vouched for)."""
+    frame = read_input(spark, path)
+    _check_columns(frame, None)
+    numbered, _total = _numbered(spark, _fields(frame, None))
+    try:
+        lines = _as_lines(spark, _keyed(numbered, partitions), {"queues": queues, "max_data_bytes": max_data_bytes})
+        tallies = lines.mapPartitions(_tally).collect()
+    finally:
+        numbered.unpersist()
+    return sum(n for n, _ in tallies), sum(v for _, v in tallies)
+
+
+def _tally(lines: Iterable[str]) -> Iterator[tuple[int, int]]:
+    """A partition's (rows, rows the JVM vouched for)."""
+    rows = vouched = 0
+    for line in lines:
+        rows += 1
+        vouched += line[0] == plain_rows.PLAIN
+    yield rows, vouched
+
+
 def _numbered(spark: SparkSession, frame: DataFrame) -> tuple[DataFrame, int]:
     """The rows with `row`: their 1-based position in the input (cached: numbered once); the row count."""
     frame = frame.withColumn("_part", F.spark_partition_id()).withColumn("_mono", F.monotonically_increasing_id())
@@ -136,11 +175,14 @@ def _keyed(numbered: DataFrame, partitions: int) -> DataFrame:
     )
 
 
-def _count_invalid(rows: Iterable[str], **rules_: Any) -> Iterator[int]:
+def _count_invalid(lines: Iterable[str], **rules_: Any) -> Iterator[int]:
     """How many of a partition's rows fail the row checks or repeat a key (the loader's own tests)."""
     now = datetime.now(UTC)
     bad = 0
-    for row in map(json.loads, rows):
+    for line in lines:
+        if line[0] == plain_rows.PLAIN:
+            continue  # vouched for on the JVM
+        row = json.loads(line[1:])
         try:
             check_row(row, now=now, **rules_)
         except Invalid:
@@ -226,20 +268,15 @@ def run_import(
         "partitions": partitions or 2 * spark.sparkContext.defaultParallelism,
         "batch_rows": batch_rows,
     }
-    given = {c: F.col(c) for c in frame.columns}
-    queue_column = F.col("queue") if "queue" in given else F.lit(None).cast("string")
-    if queue:
-        queue_column = F.coalesce(F.when(queue_column != "", queue_column), F.lit(queue))
-    frame = frame.select(*[(given.get(f, F.lit(None).cast("string"))).alias(f) for f in FIELDS if f != "queue"],
-                         queue_column.alias("queue"))  # fmt: skip
-    numbered, total = _numbered(spark, frame)
+    numbered, total = _numbered(spark, _fields(frame, queue))
     with db.connect(url) as conn:
         queues = {str(row[0]) for row in conn.execute(db.q("import_queues")).fetchall()}
     checks: dict[str, Any] = {"queues": frozenset(queues), "max_data_bytes": max_data_bytes}
     try:
         if max_invalid is not None:
             keyed = _keyed(numbered, partitions or 2 * spark.sparkContext.defaultParallelism)
-            invalid = sum(_as_json_lines(keyed).mapPartitions(partial(_count_invalid, **checks)).collect())
+            lines = _as_lines(spark, keyed, checks)
+            invalid = sum(lines.mapPartitions(partial(_count_invalid, **checks)).collect())
             if invalid > max_invalid.allowed(total):
                 raise InputRefused(
                     f"{invalid:,} of the {total:,} rows of {path} fail the row checks, more than --max-invalid "
@@ -264,7 +301,7 @@ def run_import(
             crash_after=crash_after_batches,
         )
         with db.connect(url, autocommit=True) as watch, track("rows checked", total, partial(_done, watch, import_id)):
-            _as_json_lines(keyed).mapPartitionsWithIndex(load).count()
+            _as_lines(spark, keyed, checks).mapPartitionsWithIndex(load).count()
     finally:
         numbered.unpersist()
     # counts and rejects from the ledger: one per row, whatever tasks Spark ran twice
@@ -285,14 +322,16 @@ def _done(conn: psycopg.Connection[Any], import_id: int) -> tuple[int, str]:
     return checked, f"{written:,} written"
 
 
-def _as_json_lines(frame: DataFrame) -> RDD[str]:
-    """The rows as JSON objects (a null column left out): a text line per row is the cheapest way
-    from the JVM to Python (`.rdd` builds a Row object per row, more than the rules cost)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # toJSON() is to return a DataFrame one day
-        lines = frame.toJSON()
-    assert isinstance(lines, RDD)
-    return lines
+def _as_lines(spark: SparkSession, frame: DataFrame, checks: dict[str, Any]) -> RDD[str]:
+    """The rows as plain_rows.line() spells them: a text line per row is the cheapest way from the
+    JVM to Python (`.rdd` builds a Row object per row, more than the rules cost)."""
+    now = datetime.now(UTC)
+    texts = frame.select(plain_rows.line(checks["queues"], checks["max_data_bytes"], now).alias("line"))
+    # Dataset[String] -> JavaRDD, as DataFrame.toJSON() does it (a JVM string per row, no Row objects)
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    strings = getattr(texts._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING())
+    return RDD(strings.toJavaRDD(), spark.sparkContext, UTF8Deserializer(True))  # type: ignore[no-untyped-call]
 
 
 def _write_rejects(target: Path, records: Iterable[tuple[Any, ...]]) -> int:
@@ -331,7 +370,7 @@ def _load_partition(
     """Load a partition's rows batch by batch, each batch in its own transaction; yield the batch numbers."""
     now = datetime.now(UTC)
     with db.connect(url, application_name="tickler-import") as conn:
-        for number, batch in enumerate(_batches(map(json.loads, rows), batch_rows)):
+        for number, batch in enumerate(_batches(rows, batch_rows)):
             with conn.transaction():
                 _load_batch(conn, {"import_id": import_id, "part": part, "batch": number}, batch, now=now, **rules_)
             if crash_after is not None and part == 0 and number + 1 >= crash_after:
@@ -342,7 +381,7 @@ def _load_partition(
 def _load_batch(
     conn: psycopg.Connection[Any],
     key: dict[str, int],
-    rows: list[dict[str, Any]],
+    lines: list[str],
     *,
     now: datetime,
     actor: str,
@@ -355,10 +394,14 @@ def _load_batch(
     if conn.execute(db.q("import_claim_batch"), key).fetchone() is None:
         return  # an earlier attempt committed this batch
     rejects: list[tuple[int, str, str, list[Any]]] = []  # (row, outcome, reason, cells)
-    staged = 0
     conn.execute(db.q("import_staging"))
+    # the rows the JVM vouched for, as COPY text: one write for them all
+    vouched = [line[1:] for line in lines if line[0] == plain_rows.PLAIN]
+    staged = len(vouched)
     with conn.cursor().copy(db.q("import_copy")) as copy:
-        for row in rows:
+        if vouched:
+            copy.write("\n".join(vouched) + "\n")
+        for row in (json.loads(line[1:]) for line in lines if line[0] == plain_rows.CHECK):
             raw = [row.get(f) for f in FIELDS]
             try:
                 values = check_row(row, queues=queues, now=now, max_data_bytes=max_data_bytes)

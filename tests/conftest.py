@@ -49,8 +49,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _heavy_group(file_name: str) -> str | None:
     if file_name.startswith("test_pipeline_"):
         return "spark"  # the spark fixture's users, and the commands that start Spark in-process
-    if file_name == "test_ui_browser.py" or file_name.endswith("_browser.py"):
-        return "browser"  # every file of browser tests: one Chromium, on one worker
+    if file_name.endswith("_browser.py"):
+        return "browser"
     return None
 
 

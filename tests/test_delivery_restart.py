@@ -4,6 +4,7 @@ handler, and a PostgreSQL restart in the middle of a drain. Nothing may be lost.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import signal
 import subprocess
 import time
@@ -170,8 +171,27 @@ def pg_ctl(server: Any, *args: str) -> None:
 
 
 def restart(server: Any, mode: str) -> None:
-    """`pg_ctl restart -m <mode>`: the same options as pgserver started it with (from postmaster.opts)."""
-    pg_ctl(server, "-m", mode, "-l", str(server.pgdata / "log"), "restart")
+    """`pg_ctl stop -m <mode>`, then start with the options pgserver started it with (from
+    postmaster.opts: a unix socket only, never the machine's port 5432). After an immediate stop,
+    backends of the old postmaster may still hold its shared memory for a moment on a loaded
+    machine and the new postmaster then refuses to start: the start is tried until it works."""
+    options = shlex.split((server.pgdata / "postmaster.opts").read_text())[1:]  # without the binary's path
+    pg_ctl(server, "-m", mode, "stop")
+    failures: list[str] = []
+
+    def started() -> bool:
+        with contextlib.suppress(subprocess.CalledProcessError):  # an earlier try that only seemed to fail
+            pg_ctl(server, "status")
+            return True
+        try:
+            pg_ctl(server, "-l", str(server.pgdata / "log"), "-o", shlex.join(options), "start")
+        except subprocess.CalledProcessError as error:
+            log = server.pgdata / "log"
+            failures.append(log.read_text()[-500:] if log.exists() else str(error))
+            return False
+        return True
+
+    wait_until(started, timeout=90, what=lambda: "; ".join(failures[-2:]))
 
 
 @pytest.mark.slow

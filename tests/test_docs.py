@@ -12,14 +12,11 @@ from urllib.parse import urlparse
 import pytest
 from flask.testing import FlaskClient
 
+from tests.ui_browser import browser
+
+__all__ = ["browser"]  # the session's shared Chromium, a fixture
+
 CHROMIUM = os.environ.get("TICKLER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 
 LINKS = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']""")
 CSS_URLS = re.compile(r"""url\(\s*["']?([^"')]+)""")
@@ -58,9 +55,9 @@ def test_docs_page_and_its_assets_are_served_here(client: FlaskClient) -> None:
     assert client.get("/docs/assets/..%2fflask_swagger_ui.py").status_code == 404
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}: apt-get install chromium")
-def test_docs_render_in_a_browser_that_cannot_leave_this_host(live_server: str) -> None:
-    playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+def test_docs_render_in_a_browser_that_cannot_leave_this_host(live_server: str, browser: Any) -> None:
     here = urlparse(live_server).netloc
     elsewhere: list[str] = []
 
@@ -71,15 +68,16 @@ def test_docs_render_in_a_browser_that_cannot_leave_this_host(live_server: str) 
             elsewhere.append(route.request.url)
             route.abort()
 
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            page.route("**/*", only_here)
-            page.goto(f"{live_server}/docs")
-            # Swagger UI fetched /openapi.json and drew an operation of it
-            page.get_by_text("Retry every dead event with this group and/or key prefix").first.wait_for(timeout=30_000)
-            assert page.locator(".info .title").first.inner_text().startswith("tickler")
-        finally:
-            browser.close()
+    # The session's shared Chromium (tests/ui_browser.py): a second Playwright in the same process
+    # would refuse to start while the dashboard's tests keep theirs open.
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.route("**/*", only_here)
+        page.goto(f"{live_server}/docs")
+        # Swagger UI fetched /openapi.json and drew an operation of it
+        page.get_by_text("Retry every dead event with this group and/or key prefix").first.wait_for(timeout=30_000)
+        assert page.locator(".info .title").first.inner_text().startswith("tickler")
+    finally:
+        context.close()
     assert elsewhere == []

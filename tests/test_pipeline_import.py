@@ -369,3 +369,96 @@ def test_max_invalid_refuses_the_whole_file_before_writing(
     summary = json.loads(capsys.readouterr().out)
     assert summary["counts"]["created"] == 3 and summary["counts"]["invalid"] == 1
     assert one(raw, "SELECT count(*) FROM tickler_event") == 3
+
+
+# One change at a time to a row check_row accepts: the JVM's expressions (pipeline.plain_rows)
+# may pass a row to check_row whatever it is, but must never vouch for one check_row refuses.
+PLAIN_BASE = {"queue": "emails", "item_key": "k", "schedule_on": WHEN, "data": '{"a": 1}'}
+AWKWARD: dict[str, list[str]] = {
+    "data": [
+        '{"a": 1.10}', '{"a": 1e5}', '{"a": 1E400}', '{"a": NaN}', '{"a": -Infinity}', '{"a": 01}', '{"a": -01}',
+        '{"a": +1}', '{"a": .5}', '{"a": -}', "{'a': 1}", "{\"a\": 'x'}", '{"a": 1, "a": 2}', '{"a": "x\\u0000"}',
+        '{"a": "\\ud800"}', '{"a": "tab\there"}', '{"a": "nul\x00"}', '{"a": tru}', '{"a": 1,}', '{"a" 1}',
+        '{"a": 1} x', '{"a": 1}}', "[1]", '"x"', "{", '{"a": {"b": 1}}', '{"a": [1 2]}', '{"a": [1,]}',
+        '{"a": "' + "y" * 2000 + '"}', '{"a": ' + "9" * 5000 + "}", '{/*c*/"a": 1}', '{"a": 1}{', "{a: 1}",
+        '{"a": True}', '{"a": undefined}', "\t{}", "{}\n", '{"a": "\\/"}', '{"é": "ü"}', "{}", '{"a": -5}',
+        '  {"a": true, "b": null, "c": [1, "x", false], "d": "it\'s"}  ',
+    ],
+    "item_key": ["a/b", "a b", ".", "..", "batch", "x" * 256, "é", "tab\t", "back\\slash", "x" * 255],
+    "group_key": ["a/b", " ", "x" * 256, "g"],
+    "queue": ["missing", "Emails", "sms"],
+    "schedule_on": [
+        "2030-02-30T00:00:00Z", "2030-01-01T24:00:00Z", "1969-12-31T23:59:59Z", "1970-01-01T00:30:00+01:00",
+        "9999-01-01T00:00:00Z", "2030-01-01t09:00:00z", "2030-01-01T09:00:00.1234567Z", "2030-01-01T09:00:00+24:00",
+        "2030-01-01 09:00:00Z", "2030-01-01T09:00:00", "2030-01-01T09:00:00.5-03:30",
+    ],
+    "delay_seconds": ["1e3", "1.5", "-1", "9999999999", "00", "3600", " 5"],
+    "max_attempts": ["0", "1001", "1000", "3.0", "007", "1", "x"],
+}  # fmt: skip
+
+
+def test_the_jvm_vouches_only_for_rows_the_rules_accept(spark: Any) -> None:
+    from tickler.pipeline.plain_rows import plain
+    from tickler.pipeline.validate import Invalid, check_row
+
+    cases = [dict(PLAIN_BASE)]
+    for field, values in AWKWARD.items():
+        for value in values:
+            row = dict(PLAIN_BASE, **{field: value})
+            if field == "delay_seconds":
+                row.pop("schedule_on")
+            cases.append(row)
+    cases.append(dict(PLAIN_BASE, delay_seconds="5"))  # both: refused
+    records = [(n + 1, n + 1, *[case.get(f) for f in FIELDS]) for n, case in enumerate(cases)]
+    records.append((len(cases) + 1, 1, *[PLAIN_BASE.get(f) for f in FIELDS]))  # a later row of a key: a duplicate
+    frame = spark.createDataFrame(records, ", ".join(["row long", "first_row long", *[f"{f} string" for f in FIELDS]]))
+    now = datetime.now(UTC)
+    checks = {"queues": {"emails", "sms"}, "max_data_bytes": 1024}
+    vouched = {r["row"] for r in frame.select("row", plain(**checks, now=now).alias("ok")).collect() if r["ok"]}
+
+    for number, case in enumerate(cases, start=1):
+        if number in vouched:
+            try:
+                check_row(case, now=now, **checks)
+            except Invalid as error:
+                pytest.fail(f"vouched for a row check_row refuses: {case!r} ({error})")
+    assert len(cases) + 1 not in vouched
+    # and the plain rows do take the JVM's way (else the import is as slow as before)
+    assert 1 in vouched
+    expected_plain = ['{"a": -5}', "{}", '{"é": "ü"}', '  {"a": true, "b": null, "c": [1, "x", false], "d": "it\'s"}  ']
+    for value in expected_plain:
+        assert cases.index(dict(PLAIN_BASE, data=value)) + 1 in vouched, value
+    assert cases.index(dict(PLAIN_BASE, item_key="back\\slash")) + 1 in vouched
+    assert cases.index(dict(PLAIN_BASE, schedule_on="2030-01-01T09:00:00.5-03:30")) + 1 in vouched
+    by_delay = {**{k: v for k, v in PLAIN_BASE.items() if k != "schedule_on"}, "delay_seconds": "3600"}
+    assert cases.index(by_delay) + 1 in vouched
+
+
+@pytest.mark.usefixtures("queues")
+def test_rows_vouched_for_on_the_jvm_are_stored_as_the_rules_would_store_them(
+    spark: Any, database_url: str, raw: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # each pair: a plain row (its COPY text built on the JVM) and one the JVM leaves to Python
+    rows = [
+        {"item_key": "back\\slash", "group_key": "g\\1", "schedule_on": "2030-01-01T09:00:00.5-03:30",
+         "data": ' {"d": "it\'s", "n": -5, "l": [1, true, null]} ', "max_attempts": "12"},
+        {"item_key": "back\\slash-py", "group_key": "g\\1", "schedule_on": "2030-01-01T09:00:00.5-03:30",
+         "data": ' {"d": "it\\u0027s", "n": -5, "l": [1, true, null]} ', "max_attempts": "12"},
+        {"item_key": "delayed", "delay_seconds": "0060", "data": "{}"},
+        {"item_key": "delayed-py", "delay_seconds": "60.0", "data": "{}"},
+    ]  # fmt: skip
+    result = do_import(spark, database_url, write_csv(tmp_path / "pairs.csv", rows), tmp_path)
+    assert result.counts["created"] == 4, result.counts
+    stored = {r[0]: r[1:] for r in raw.execute(
+        "SELECT item_key, group_key, schedule_on, data, max_attempts, schedule_on - enqueued_on FROM tickler_event_all"
+    )}  # fmt: skip
+    assert stored["back\\slash"][:4] == stored["back\\slash-py"][:4]  # the last: from each batch's clock
+    assert stored["back\\slash"][:4] == (
+        "g\\1",
+        datetime(2030, 1, 1, 12, 30, 0, 500000, tzinfo=UTC),
+        {"d": "it's", "n": -5, "l": [1, True, None]},
+        12,
+    )
+    without_clock = [(v[0], v[2], v[3], v[4]) for v in (stored["delayed"], stored["delayed-py"])]
+    assert without_clock[0] == without_clock[1]  # schedule_on: from each batch's clock
+    assert stored["delayed"][4] == timedelta(seconds=60)
