@@ -230,10 +230,11 @@ def test_upgrade_keeps_every_event_and_timeline_entry_while_a_worker_delivers(
     worker = threading.Thread(target=previous_worker)
     worker.start()
     wait_until(lambda: len(delivered) >= 20 or errors, what="the worker delivering before the upgrade")
-    applied = migrate(url)
-    # the storage upgrade (0021) first, then whatever later releases added
-    versions = [m.version for m in applied]
-    assert versions[:1] == [21] and all(v > 21 for v in versions[1:])
+    # the storage upgrade (0021) alone while the previous release's worker runs; the later ones
+    # (0045 adds columns to the event rows, which a running worker's prepared `e.*` statements
+    # would refuse: "cached plan must not change result type") once it has stopped, below
+    applied = migrate(url, through=21)
+    assert [m.version for m in applied] == [21]
     worker.join(timeout=60)
     assert not errors and not worker.is_alive()
     busy_rows = raw.execute(
