@@ -171,6 +171,8 @@ def search(queue: str) -> Response:
         statuses=statuses,
         group_key=args.get("group_key"),
         item_key_prefix=args.get("item_key_prefix"),
+        priority=args.get("priority"),
+        fairness_key=args.get("fairness_key"),
         limit=args["limit"] + 1,  # one more tells whether there is a next page
         after=decode_cursor(args["cursor"]) if "cursor" in args else None,
     )
@@ -197,6 +199,8 @@ def change_event(queue: str, item_key: str) -> Response:
         delay_seconds=fields.get("delay_seconds"),
         data=fields.get("data", UNSET),
         group_key=fields.get("group_key", UNSET),
+        priority=fields.get("priority", UNSET),
+        fairness_key=fields.get("fairness_key", UNSET),
     )
     event = context.store().events.change(queue, item_key, changes, actor=auth.principal().name, if_match=_if_match())
     return _event_response(event)

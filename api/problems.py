@@ -146,6 +146,12 @@ def register_error_handlers(app: Flask, event_json: Any) -> None:
         if getattr(diag, "constraint_name", None) == "tickler_event_queue_fkey":
             # The queue was deleted after this process last read it (queues are cached briefly).
             return problem(404, "Not found", "No such queue (it was deleted).", slug="not-found")
+        if getattr(diag, "constraint_name", None) == "tickler_event_group_fairness":
+            # Migration 0045: the open events of a group share one fairness key (SPEC §10).
+            return validation_problem(
+                {"fairness_key": ["The open events of this group have another fairness_key; a group has one."]},
+                "The events of one group share one fairness_key.",
+            )
         # Validation should have caught this; the database is the last line. Still a client
         # value, so a 400 and nothing written (the transaction rolled back).
         log.warning("value_refused_by_database", error=str(error.orig))

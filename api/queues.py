@@ -92,7 +92,11 @@ def wanted_settings(fields: dict[str, Any]) -> QueueSettings:
         rate_per_second=fields.get("rate_per_second"),
         retention_days=fields.get("retention_days"),
         archive_before_prune=fields.get("archive_before_prune"),
+        fair_share=fields.get("fair_share"),
+        max_in_flight_per_key=fields.get("max_in_flight_per_key"),
         cleared=frozenset(
-            name for name in ("max_in_flight", "rate_per_second") if name in fields and fields[name] is None
+            name
+            for name in ("max_in_flight", "rate_per_second", "max_in_flight_per_key")
+            if name in fields and fields[name] is None
         ),
     )

@@ -72,6 +72,8 @@ def queue_json(
         "rate_per_second": queue.rate_per_second,
         "retention_days": queue.retention_days,
         "archive_before_prune": queue.archive_before_prune,
+        "fair_share": queue.fair_share,
+        "max_in_flight_per_key": queue.max_in_flight_per_key,
         "paused": queue.paused,
         "created_on": format_timestamp(queue.created_on),
         "updated_on": format_timestamp(queue.updated_on),

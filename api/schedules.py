@@ -46,6 +46,8 @@ def put_schedule(queue: str, schedule_key: str) -> Response:
         group_key=fields.get("group_key"),
         catch_up=fields["catch_up"],
         paused=fields["paused"],
+        priority=fields["priority"],
+        fairness_key=fields.get("fairness_key"),
     )
     schedule, created = context.store().schedules.put(
         queue,

@@ -27,6 +27,7 @@ SCENARIOS = [
     "rate_limit",
     "lateness",
     "scale",
+    "priority",
     "counts",
     "peers",
     "http_servers",

@@ -121,7 +121,14 @@ def run(ctx: Context) -> list[Row]:
         ctx.findings[f"scale: EXPLAIN (ANALYZE, BUFFERS) claim_events, {big:,} future + {DUE:,} due events"] = (
             "```\n" + explain(url, "claim_events", params) + "\n```"
         )
-        params = {"queue": QUEUE, "limit": CLAIM_LIMIT, "scan": CLAIM_LIMIT * 50, "now": None, "flow": False}
+        params = {
+            "queue": QUEUE,
+            "limit": CLAIM_LIMIT,
+            "scan": CLAIM_LIMIT * 50,
+            "now": None,
+            "flow": False,
+            "cap": None,
+        }
         ctx.findings[f"scale: EXPLAIN (ANALYZE, BUFFERS) lock_due_groups, {big:,} future events"] = (
             "```\n" + explain(url, "lock_due_groups", params) + "\n```"
         )

@@ -38,6 +38,13 @@ def _limit(value: str) -> int:
     return int(value)
 
 
+def _priority(value: str) -> int:
+    try:
+        return rules.priority(int(value))
+    except (ValueError, rules.RuleError) as error:
+        raise argparse.ArgumentTypeError(f"a priority is an integer from -100 to 100 ({error})") from None
+
+
 def _statuses(value: str) -> frozenset[str]:
     wanted = frozenset(value.split(","))
     unknown = sorted(wanted - ALL_STATUSES)
@@ -55,6 +62,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     listing.add_argument("--status", type=_statuses, help="one status or a comma list (default: all)")
     listing.add_argument("--group", type=key, help="only this group_key")
     listing.add_argument("--prefix", type=key, help="only item_keys starting with this")
+    listing.add_argument("--priority", type=_priority, help="only this priority (-100..100)")
+    listing.add_argument("--fairness-key", type=key, help="only this fairness_key")
     listing.add_argument("--limit", type=_limit, default=50, help="events per page, 1..1000 (default 50)")
     listing.add_argument("--cursor", help="the next page (printed after a full page)")
 
@@ -101,6 +110,8 @@ def _list(store: Store, args: argparse.Namespace) -> int:
         statuses=args.status or ALL_STATUSES,
         group_key=args.group,
         item_key_prefix=args.prefix,
+        priority=args.priority,
+        fairness_key=args.fairness_key,
         limit=args.limit + 1,
         after=decode_cursor(args.cursor) if args.cursor else None,
     )
@@ -111,10 +122,20 @@ def _list(store: Store, args: argparse.Namespace) -> int:
         print_json({"events": [event_to_json(e) for e in page], "next_cursor": cursor})
         return 0
     rows = [
-        [e.id, e.item_key, e.group_key, e.status, e.schedule_on, f"{e.redeliver_count}/{e.max_attempts}", e.last_error]
+        [
+            e.id,
+            e.item_key,
+            e.group_key,
+            e.priority,
+            e.status,
+            e.schedule_on,
+            f"{e.redeliver_count}/{e.max_attempts}",
+            e.last_error,
+        ]
         for e in page
     ]
-    print_table(["ID", "ITEM_KEY", "GROUP", "STATUS", "SCHEDULE_ON (UTC)", "REDELIVERIES/MAX", "LAST_ERROR"], rows)
+    headers = ["ID", "ITEM_KEY", "GROUP", "PRIORITY", "STATUS", "SCHEDULE_ON (UTC)", "REDELIVERIES/MAX", "LAST_ERROR"]
+    print_table(headers, rows)
     if cursor:
         print(f"more: --cursor {cursor}")
     return 0

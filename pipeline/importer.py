@@ -427,8 +427,9 @@ def _load_batch(
             if on_conflict == "ignore":
                 counts["ignored"] += 1
                 continue
-            queue_, item_key, group_key, schedule_on, delay, data, max_attempts = staged_values
+            queue_, item_key, group_key, schedule_on, delay, data, max_attempts, priority, fairness = staged_values
             cells = [queue_, item_key, group_key, rules.format_timestamp(schedule_on), delay, _json(data), max_attempts]
+            cells += [priority, fairness]
             rejects.append((row_number, "rejected", CONFLICT_REASONS[on_conflict], cells))
     if rejects:
         with conn.cursor().copy(db.q("import_copy_rejects")) as copy:

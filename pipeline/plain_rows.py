@@ -41,6 +41,8 @@ _TIMESTAMP = (
 # Whole seconds up to 999,999,999 (MAX_DELAY_SECONDS is 3.16e9); float() and float8 read them alike.
 _DELAY = r"^[0-9]{1,9}$"
 _MAX_ATTEMPTS = rf"^([1-9][0-9]{{0,{len(str(rules.MAX_ATTEMPTS_LIMIT)) - 2}}}|{rules.MAX_ATTEMPTS_LIMIT})$"
+# -100..100 (SPEC §10), written plainly: no sign on 0, no leading zeros.
+_PRIORITY = r"^(0|-?[1-9][0-9]?|-?100)$"
 # One flat object: a single pair of braces, no backslash (so no escapes: the raw text is what
 # jsonb stores and what the size rule measures, at least), no control character at all.
 _FLAT_OBJECT = r"^ *\{[^{}\\\x00-\x1F]*\} *$"
@@ -91,6 +93,10 @@ PLAIN_WHEN_GIVEN: dict[str, Callable[[Collection[str], int, datetime], Column]] 
     "delay_seconds": lambda _q, _bytes, _now: F.col("delay_seconds").rlike(_DELAY),
     "data": lambda _q, max_bytes, _now: _plain_data(max_bytes),
     "max_attempts": lambda _q, _bytes, _now: F.col("max_attempts").rlike(_MAX_ATTEMPTS),
+    "priority": lambda _q, _bytes, _now: F.col("priority").rlike(_PRIORITY),
+    "fairness_key": lambda _q, _bytes, _now: (
+        F.col("fairness_key").rlike(_PLAIN_KEY) & ~F.col("fairness_key").isin(_UNADDRESSABLE)
+    ),
 }
 REQUIRED = ("queue", "item_key", "data")
 

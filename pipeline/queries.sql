@@ -187,12 +187,15 @@ CREATE TEMPORARY TABLE tickler_import_staging (
     schedule_on    timestamptz,
     delay_seconds  double precision,
     data           jsonb NOT NULL,
-    max_attempts   integer
+    max_attempts   integer,
+    priority       smallint,
+    fairness_key   text
 ) ON COMMIT DROP
 
 -- name: import_copy
 -- Fill the staging table.
-COPY tickler_import_staging (ord, queue, item_key, group_key, schedule_on, delay_seconds, data, max_attempts)
+COPY tickler_import_staging (ord, queue, item_key, group_key, schedule_on, delay_seconds, data, max_attempts,
+                             priority, fairness_key)
 FROM STDIN
 
 -- name: import_analyze
@@ -212,18 +215,20 @@ WITH written AS (
         qn.queue,
         (SELECT jsonb_agg(jsonb_build_object(
                     'ord', s.ord, 'item_key', s.item_key, 'group_key', s.group_key, 'schedule_on', s.schedule_on,
-                    'delay_seconds', s.delay_seconds, 'data', s.data, 'max_attempts', s.max_attempts)
+                    'delay_seconds', s.delay_seconds, 'data', s.data, 'max_attempts', s.max_attempts,
+                    'priority', s.priority, 'fairness_key', s.fairness_key)
                 ORDER BY s.ord)
          FROM tickler_import_staging AS s WHERE s.queue = qn.queue),
         %(actor)s, %(on_conflict)s, p_debounce_max_seconds => %(debounce_max_seconds)s) AS r
 )
 SELECT w.outcome, count(*) AS n, NULL AS ord, NULL AS queue, NULL AS item_key, NULL AS group_key,
-       NULL AS schedule_on, NULL AS delay_seconds, NULL AS data, NULL AS max_attempts
+       NULL AS schedule_on, NULL AS delay_seconds, NULL AS data, NULL AS max_attempts, NULL AS priority,
+       NULL AS fairness_key
 FROM written AS w
 GROUP BY w.outcome
 UNION ALL
 SELECT 'conflict', NULL, s.ord, s.queue, s.item_key, s.group_key, s.schedule_on, s.delay_seconds, s.data,
-       s.max_attempts
+       s.max_attempts, s.priority, s.fairness_key
 FROM written AS w JOIN tickler_import_staging AS s ON s.ord = w.ord
 WHERE w.outcome = 'conflict'
 

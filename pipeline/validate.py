@@ -16,12 +16,22 @@ from tickler.scheduler import rules, strict_json
 
 # Columns an import file may have; `item_key` and `data` are required (as in the API), `queue`
 # unless --queue names it.
-FIELDS = ("queue", "item_key", "group_key", "schedule_on", "delay_seconds", "data", "max_attempts")
+FIELDS = (
+    "queue",
+    "item_key",
+    "group_key",
+    "schedule_on",
+    "delay_seconds",
+    "data",
+    "max_attempts",
+    "priority",
+    "fairness_key",
+)
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
 # What float() reads, less its spellings of infinity and NaN and of digits in other scripts.
 _NUMBER = re.compile(r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$")
 
-Staged = tuple[str, str, str | None, str | None, float | None, str, int | None]
+Staged = tuple[str, str, str | None, str | None, float | None, str, int | None, int | None, str | None]
 
 
 class Invalid(ValueError):
@@ -59,7 +69,8 @@ def _data(row: Mapping[str, Any]) -> Any:
 
 
 def check_row(row: Mapping[str, Any], *, queues: Container[str], now: datetime, max_data_bytes: int) -> Staged:
-    """The staged values of a good row: (queue, item_key, group_key, schedule_on, delay, data, max_attempts).
+    """The staged values of a good row: (queue, item_key, group_key, schedule_on, delay, data, max_attempts,
+    priority, fairness_key).
 
     Raises Invalid with the reason of a bad one. `queues`: the queues that exist.
     """
@@ -78,6 +89,8 @@ def check_row(row: Mapping[str, Any], *, queues: Container[str], now: datetime, 
         "delay_seconds": _number(row, "delay_seconds", _NUMBER, float),
         "data": _data(row),
         "max_attempts": _number(row, "max_attempts", _NUMBER, int),
+        "priority": _number(row, "priority", _NUMBER, int),
+        "fairness_key": _given(row, "fairness_key"),
     }
     try:
         # The API's rule for a new event decides; an empty cell is a field not given.
@@ -89,4 +102,14 @@ def check_row(row: Mapping[str, Any], *, queues: Container[str], now: datetime, 
     if too_big_or_bad:
         raise Invalid(f"data: {too_big_or_bad[1]}")
     schedule_on = rules.format_timestamp(event.schedule_on)
-    return queue, event.item_key, event.group_key, schedule_on, event.delay_seconds, data, event.max_attempts
+    return (
+        queue,
+        event.item_key,
+        event.group_key,
+        schedule_on,
+        event.delay_seconds,
+        data,
+        event.max_attempts,
+        event.priority,
+        event.fairness_key,
+    )

@@ -29,6 +29,9 @@ class Event:
     max_attempts: int
     last_error: str | None
     version: int
+    # SPEC §10: claims take higher priority first; fair-share queues round-robin fairness keys.
+    priority: int = 0
+    fairness_key: str | None = None
     lease_id: str | None = None
     lease_expires_on: datetime | None = None
     # The W3C trace context its producer sent (SPEC §11); shown only in pull claims.
@@ -55,6 +58,9 @@ class Event:
             max_attempts=row["max_attempts"],
             last_error=row["last_error"],
             version=row["version"],
+            # stored as '' when the event has none (an index and a NOT NULL column need no NULL case)
+            priority=row.get("priority", 0),
+            fairness_key=row.get("fairness_key") or None,
             lease_id=str(row["lease_id"]) if row["lease_id"] is not None else None,
             lease_expires_on=row["lease_expires_on"],
             # .get: a row read before migration 0040 ran, or a query that does not select them
@@ -98,11 +104,20 @@ class Queue:
     # whole day at a time; with archive_before_prune, only days the archive has written.
     retention_days: int = 30
     archive_before_prune: bool = False
+    # Fair share (SPEC §10): round robin across fairness keys; at most this many leases per key.
+    fair_share: bool = False
+    max_in_flight_per_key: int | None = None
 
     @property
     def flow_limited(self) -> bool:
         """Whether claims of this queue go through its flow lock (see flow_room in queries.sql)."""
-        return self.paused or self.max_in_flight is not None or self.rate_per_second is not None
+        return self.paused or self.max_in_flight is not None or self.rate_per_second is not None or self.fair_shared
+
+    @property
+    def fair_shared(self) -> bool:
+        """Whether ungrouped claims go round robin across fairness keys (claim_events_fair): with
+        fair_share, and with max_in_flight_per_key (a key at its cap is passed over, not waited on)."""
+        return self.fair_share or self.max_in_flight_per_key is not None
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Queue:
@@ -133,6 +148,8 @@ class NewEvent:
     schedule_on: datetime | None = None
     delay_seconds: float | None = None
     max_attempts: int | None = None
+    priority: int | None = None
+    fairness_key: str | None = None
 
     @classmethod
     def of(cls, loaded: Mapping[str, Any]) -> NewEvent:

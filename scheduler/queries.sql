@@ -81,6 +81,8 @@ changed AS (
     SET schedule_on = :schedule_on,
         data = CAST(:data AS jsonb),
         group_key = :group_key,
+        priority = :priority,
+        fairness_key = :fairness_key,
         version = e.version + 1
     WHERE e.id = :id AND e.dequeued_on IS NULL AND e.lease_id IS NULL
     RETURNING e.*
@@ -208,11 +210,11 @@ WITH upserted AS (
 INSERT INTO tickler_queue AS q (
     name, delivery_mode, webhook_url, webhook_timeout_seconds, signing_secret,
     lease_seconds, max_attempts, backoff_initial_seconds, backoff_max_seconds, backoff_multiplier,
-    max_in_flight, rate_per_second, retention_days, archive_before_prune)
+    max_in_flight, rate_per_second, retention_days, archive_before_prune, fair_share, max_in_flight_per_key)
 VALUES (
     :name, :delivery_mode, :webhook_url, :webhook_timeout_seconds, :signing_secret,
     :lease_seconds, :max_attempts, :backoff_initial_seconds, :backoff_max_seconds, :backoff_multiplier,
-    :max_in_flight, :rate_per_second, :retention_days, :archive_before_prune)
+    :max_in_flight, :rate_per_second, :retention_days, :archive_before_prune, :fair_share, :max_in_flight_per_key)
 ON CONFLICT (name) DO UPDATE SET
     delivery_mode = excluded.delivery_mode,
     webhook_url = excluded.webhook_url,
@@ -235,6 +237,8 @@ ON CONFLICT (name) DO UPDATE SET
     rate_per_second = excluded.rate_per_second,
     retention_days = excluded.retention_days,
     archive_before_prune = excluded.archive_before_prune,
+    fair_share = excluded.fair_share,
+    max_in_flight_per_key = excluded.max_in_flight_per_key,
     updated_on = now()
 RETURNING q.*, (q.xmax = 0) AS created
 ),
@@ -302,7 +306,23 @@ UPDATE tickler_queue SET next_wake = :next_wake WHERE name = ANY(CAST(:queues AS
 -- 'lease expired', a 'lease_expired' entry), or, when that was its last attempt, it dies through
 -- tickler_end_expired_leases() instead of being claimed. A claim writes no `claimed` row: that
 -- entry is read from the event while the lease runs, and written with the entry that ends it.
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+-- Order (SPEC §10): higher priority first, then earlier due time, strictly: each priority level
+-- that has claimable events (`levels`: a skip scan, one index probe per level, highest first) is
+-- read from its first due event on, and the claim stops reading once it has :limit events (the
+-- levels and their scans are pulled lazily), so a batch never takes a lower level's event while
+-- a higher level has due events it could take.
+WITH RECURSIVE clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+levels AS (
+    (SELECT e.priority FROM tickler_event AS e
+     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+     ORDER BY e.priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.priority FROM tickler_event AS e
+            WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+              AND e.priority < l.priority
+            ORDER BY e.priority DESC LIMIT 1)
+    FROM levels AS l WHERE l.priority IS NOT NULL
+),
 expired AS (
     SELECT e.id, e.lease_id, e.claimed_by, e.lease_expires_on, e.claimed_on, e.claimed_expires_on,
            e.redeliver_count + 1 AS attempt,
@@ -311,6 +331,7 @@ expired AS (
     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
       AND e.lease_expires_on <= (SELECT now FROM clock)
       AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
+                                             AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
                                       FROM tickler_queue AS q WHERE q.name = :queue))
     ORDER BY e.lease_expires_on
     LIMIT :limit
@@ -322,16 +343,23 @@ died AS (  -- the function is called only when one dies (it is planned at every 
     WHERE EXISTS (SELECT 1 FROM expired WHERE dies)
 ),
 candidates AS (
-    SELECT e.id FROM tickler_event AS e
-    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
-      AND e.schedule_on <= (SELECT now FROM clock)
-      -- the fast path takes nothing from a paused or limited queue: those are claimed only under
-      -- the queue's flow lock (:flow, see flow_room), whatever a caller believes the settings are
-      AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
-                                      FROM tickler_queue AS q WHERE q.name = :queue))
-    ORDER BY e.schedule_on, e.id
+    SELECT c.id FROM levels AS l
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM tickler_event AS e
+        WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+          AND e.priority = l.priority AND e.schedule_on <= (SELECT now FROM clock)
+          -- the fast path takes nothing from a paused or limited queue: those are claimed only under
+          -- the queue's flow lock (:flow, see flow_room), whatever a caller believes the settings are
+          AND (CAST(:flow AS boolean) OR (
+              SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
+                     AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
+              FROM tickler_queue AS q WHERE q.name = :queue))
+        ORDER BY e.schedule_on, e.id
+        LIMIT :limit
+        FOR UPDATE OF e SKIP LOCKED
+    ) AS c
+    WHERE l.priority IS NOT NULL
     LIMIT :limit
-    FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
     UPDATE tickler_event AS e
@@ -364,7 +392,35 @@ logged AS (  -- the expired leases this claim ended
 -- events died of an expired lease (also on the one row of NULLs when nothing was claimed).
 SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died
 FROM died AS d LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
-ORDER BY c.schedule_on, c.id;
+ORDER BY c.priority DESC, c.schedule_on, c.id;
+
+-- name: claim_events_fair
+-- Lease the ungrouped events tickler_fair_pick() hands out (migration 0045: priority levels from
+-- the highest, round robin across fairness keys within a level, at most each key's room under
+-- max_in_flight_per_key), one lease each. Only under the queue's flow lock, after its expired
+-- leases were ended (expire_leases); due at the lock's time (:now is never NULL here). The leases
+-- start when the pick is done (clock_timestamp() after it, unless a test fixes the time with
+-- :claimed_at): a lease the pick saw ended, ended before the new ones began, so the timeline's
+-- intervals show the per-key cap as the pick held it.
+WITH picked AS MATERIALIZED (
+    SELECT tickler_fair_pick(:queue, CAST(:now AS timestamptz), :limit, CAST(:cap AS integer)) AS ids
+),
+clock AS (SELECT coalesce(CAST(:claimed_at AS timestamptz), clock_timestamp()) AS now FROM picked),
+claimed AS (
+    UPDATE tickler_event AS e
+    SET claimed_on = clock.now,
+        claimed_by = :worker,
+        lease_id = gen_random_uuid(),
+        lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        version = e.version + 1
+    FROM clock CROSS JOIN picked AS p
+    WHERE e.id = ANY(p.ids)  -- primary-key lookups (see claim_events)
+    RETURNING e.*
+)
+SELECT c.*, 'in_flight' AS status, array_position(p.ids, c.id) AS handed_out
+FROM claimed AS c CROSS JOIN picked AS p
+ORDER BY array_position(p.ids, c.id);
 
 -- name: flow_lock
 -- A claim of a paused or limited queue: one claimer of the queue at a time, cluster-wide, until
@@ -414,6 +470,15 @@ SET (rate_window_at, rate_window_n) = (
     WHERE w.at > CAST(:at AS timestamptz) - make_interval(secs => greatest(1.0, 1.0 / q.rate_per_second)))
 WHERE q.name = :queue AND q.rate_per_second IS NOT NULL;
 
+-- name: has_due_events
+-- Whether a queue has due, unleased, ungrouped events left (one probe of the claimable index): a
+-- capped fair claim that took fewer than it asked for was held back by max_in_flight_per_key.
+SELECT EXISTS (
+    SELECT 1 FROM tickler_event
+    WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NULL
+      AND schedule_on <= coalesce(CAST(:now AS timestamptz), now())
+) AS found;
+
 -- name: has_due_groups
 -- Whether a queue has due, unleased grouped events, or grouped events whose lease expired: a
 -- group claim opens its transaction only then.
@@ -426,6 +491,7 @@ SELECT (EXISTS (
     WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NOT NULL AND group_key IS NOT NULL
       AND lease_expires_on <= coalesce(CAST(:now AS timestamptz), now())
 )) AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
+                                         AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
                                   FROM tickler_queue AS q WHERE q.name = :queue)) AS found;
 
 -- name: lock_due_groups
@@ -438,32 +504,50 @@ SELECT (EXISTS (
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 open_queue AS (
     SELECT CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
+                                             AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
                                       FROM tickler_queue AS q WHERE q.name = :queue) AS open
 ),
 due AS (
-    (SELECT e.group_key, e.schedule_on, e.id FROM tickler_event AS e
+    (SELECT e.group_key, e.schedule_on, e.id, e.priority, e.fairness_key FROM tickler_event AS e
      WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NOT NULL
        AND e.schedule_on <= (SELECT now FROM clock) AND (SELECT open FROM open_queue)
      ORDER BY e.schedule_on, e.id
      LIMIT :scan)
     UNION ALL
-    (SELECT e.group_key, e.schedule_on, e.id FROM tickler_event AS e
+    (SELECT e.group_key, e.schedule_on, e.id, e.priority, e.fairness_key FROM tickler_event AS e
      WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
        AND e.lease_expires_on <= (SELECT now FROM clock) AND (SELECT open FROM open_queue)
      ORDER BY e.lease_expires_on
      LIMIT :scan)
 ),
+-- A group is one unit with the highest priority among its due events (SPEC §10), then its first
+-- due time. Its events share one fairness key (migration 0045): with max_in_flight_per_key
+-- (:cap), a group is a candidate only while its key has room, and the groups of one key that
+-- this claim may take are numbered against that room.
 groups AS MATERIALIZED (
-    SELECT d.group_key, min(d.schedule_on) AS first_due FROM due AS d
+    SELECT d.group_key, max(d.priority) AS priority, min(d.schedule_on) AS first_due,
+           min(d.fairness_key) AS fairness_key
+    FROM due AS d
     WHERE NOT EXISTS (
         SELECT 1 FROM tickler_event AS l
         WHERE l.queue = :queue AND l.group_key = d.group_key
           AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL AND l.lease_expires_on > (SELECT now FROM clock))
     GROUP BY d.group_key
-    ORDER BY first_due, d.group_key
+),
+roomy AS MATERIALIZED (
+    SELECT g.group_key, g.priority, g.first_due FROM (
+        SELECT g.*, row_number() OVER (PARTITION BY g.fairness_key ORDER BY g.priority DESC, g.first_due, g.group_key)
+                    AS nth
+        FROM groups AS g
+    ) AS g
+    WHERE CAST(:cap AS integer) IS NULL OR g.nth <= CAST(:cap AS integer) - (
+        SELECT count(DISTINCT l.lease_id) FROM tickler_event AS l
+        WHERE l.queue = :queue AND l.fairness_key = g.fairness_key AND l.dequeued_on IS NULL
+          AND l.lease_id IS NOT NULL AND l.lease_expires_on > (SELECT now FROM clock))
+    ORDER BY g.priority DESC, g.first_due, g.group_key
 ),
 chosen AS MATERIALIZED (
-    SELECT g.group_key FROM groups AS g
+    SELECT g.group_key FROM roomy AS g
     WHERE pg_try_advisory_xact_lock(hashtextextended(:queue || '/' || g.group_key, 0))
     LIMIT :limit
 ),
@@ -531,18 +615,18 @@ finished AS (
               clock.now AS dequeued_on, e.claimed_by AS dequeued_by, 'delivered' AS outcome, e.claimed_on,
               e.claimed_by, e.lease_id, e.lease_expires_on, e.redeliver_count, e.max_attempts, e.last_error,
               e.version + 1 AS version, e.claimed_expires_on,
-              e.traceparent, e.tracestate
+              e.traceparent, e.tracestate, e.priority, e.fairness_key
 ),
 moved AS (
     INSERT INTO tickler_event_history (
         id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
         outcome, claimed_on, claimed_by, lease_id, lease_expires_on, redeliver_count, max_attempts, last_error,
         version, claimed_expires_on,
-        traceparent, tracestate)
+        traceparent, tracestate, priority, fairness_key)
     SELECT id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
            outcome, claimed_on, claimed_by, lease_id, lease_expires_on, redeliver_count, max_attempts, last_error,
            version, claimed_expires_on,
-           traceparent, tracestate
+           traceparent, tracestate, priority, fairness_key
     FROM finished
 ),
 logged AS (

@@ -104,6 +104,8 @@ def _enqueue(conn: sa.Connection, schedule: sa.RowMapping, occurrences: list[dat
             "delay_seconds": None,
             "data": schedule["data"],
             "max_attempts": None,
+            "priority": schedule.get("priority", 0),
+            "fairness_key": schedule.get("fairness_key"),
         }
         for n, occurrence in enumerate(occurrences)
     ]

@@ -25,6 +25,8 @@ MAX_KEY_LENGTH = 255
 MAX_SCHEDULE_AHEAD = timedelta(days=366 * 100)
 MAX_DELAY_SECONDS = MAX_SCHEDULE_AHEAD.total_seconds()
 MAX_ATTEMPTS_LIMIT = 1000
+MIN_PRIORITY = -100
+MAX_PRIORITY = 100
 
 # RFC 3339 date-time, with "T" (or "t") and a mandatory offset ("Z" or ±hh:mm).
 # ASCII digits only: `\d` alone would also match other scripts' digits.
@@ -186,7 +188,16 @@ REQUIRED = "Missing data for required field."
 NOT_NULL = "Field may not be null."
 UNKNOWN = "Unknown field."
 NOT_BOTH = "Give schedule_on or delay_seconds, not both."
-NEW_EVENT_FIELDS = ("item_key", "group_key", "schedule_on", "delay_seconds", "data", "max_attempts")
+NEW_EVENT_FIELDS = (
+    "item_key",
+    "group_key",
+    "schedule_on",
+    "delay_seconds",
+    "data",
+    "max_attempts",
+    "priority",
+    "fairness_key",
+)
 
 
 class RuleError(ValueError):
@@ -296,6 +307,18 @@ def max_attempts(value: Any) -> int:
     return attempts
 
 
+def priority(value: Any) -> int:
+    """SPEC §10: -100..100, higher first."""
+    level = integer(value)
+    _range(level, MIN_PRIORITY, MAX_PRIORITY)
+    return level
+
+
+def fairness_key(value: Any) -> str | None:
+    """SPEC §10: item_key rules; null is none."""
+    return None if value is None else _checked(value, check_item_key)
+
+
 def data(value: Any) -> dict[str, Any]:
     """The shape of `data`; its size and content are check_data's (a size is 413, not 400)."""
     mapping: dict[str, Any] = _of_type(value, dict, "Not a valid mapping type.")
@@ -327,6 +350,8 @@ def _field_rules(now: datetime) -> dict[str, Callable[[Any], Any]]:
         "delay_seconds": delay_seconds,
         "data": data,
         "max_attempts": max_attempts,
+        "priority": priority,
+        "fairness_key": fairness_key,
     }
 
 

@@ -29,10 +29,10 @@ FOR UPDATE OF s;
 -- name: insert_schedule
 -- A new schedule, due for the engine at once (ON CONFLICT: someone created it meanwhile).
 INSERT INTO tickler_schedule AS s
-    (queue, schedule_key, cron, timezone, data, group_key, catch_up, paused,
+    (queue, schedule_key, cron, timezone, data, group_key, catch_up, paused, priority, fairness_key,
      created_on, created_by, updated_on, updated_by)
 SELECT :queue, :schedule_key, :cron, :timezone, CAST(:data AS jsonb), :group_key, :catch_up, :paused,
-       clock.now, :actor, clock.now, :actor
+       :priority, :fairness_key, clock.now, :actor, clock.now, :actor
 FROM (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now) AS clock
 ON CONFLICT (queue, schedule_key) DO NOTHING
 RETURNING s.schedule_key;
@@ -41,7 +41,7 @@ RETURNING s.schedule_key;
 -- Change a locked schedule's definition and where its engine stands.
 UPDATE tickler_schedule
 SET cron = :cron, timezone = :timezone, data = CAST(:data AS jsonb), group_key = :group_key,
-    catch_up = :catch_up, paused = :paused,
+    catch_up = :catch_up, paused = :paused, priority = :priority, fairness_key = :fairness_key,
     enqueued_through = :enqueued_through, due_on = :due_on,
     updated_on = coalesce(CAST(:now AS timestamptz), now()), updated_by = :actor, version = version + 1
 WHERE queue = :queue AND schedule_key = :schedule_key;

@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 
 from tests.ui_browser import browser
 
-__all__ = ["browser"]  # the session's shared Chromium, a fixture
+__all__ = ["browser"]  # the browser tests' Chromium, a fixture
 
 CHROMIUM = os.environ.get("TICKLER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -68,8 +68,7 @@ def test_docs_render_in_a_browser_that_cannot_leave_this_host(live_server: str, 
             elsewhere.append(route.request.url)
             route.abort()
 
-    # The session's shared Chromium (tests/ui_browser.py): a second Playwright in the same process
-    # would refuse to start while the dashboard's tests keep theirs open.
+    # The browser tests' Chromium (tests/ui_browser.py), started for this module and stopped after it.
     context = browser.new_context()
     try:
         page = context.new_page()

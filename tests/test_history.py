@@ -100,7 +100,9 @@ def test_claims_due_counts_and_gauges_read_no_history(
             {"queue": "emails", "worker": "w", "limit": 10, "lease_seconds": 30, "now": None, "flow": False},
         ),
         "lock_due_groups": plan(
-            raw, "lock_due_groups", {"queue": "emails", "limit": 10, "scan": 500, "now": None, "flow": False}
+            raw,
+            "lock_due_groups",
+            {"queue": "emails", "limit": 10, "scan": 500, "now": None, "flow": False, "cap": None},
         ),
         "queue_live_counts": plan(raw, "queue_live_counts", {"queue": "emails", "now": None}),
         "queue_gauges": plan(raw, "queue_gauges", {"names": None, "now": None}),

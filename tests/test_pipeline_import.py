@@ -70,7 +70,17 @@ REASONS = {
     24: "data: Not valid JSON.",  # a key twice, as the API refuses it
     25: "duplicate: Row 1 has the same queue and item_key.",
 }
-FIELDS = ["queue", "item_key", "group_key", "schedule_on", "delay_seconds", "data", "max_attempts"]
+FIELDS = [
+    "queue",
+    "item_key",
+    "group_key",
+    "schedule_on",
+    "delay_seconds",
+    "data",
+    "max_attempts",
+    "priority",
+    "fairness_key",
+]
 
 
 def write_csv(path: Path, rows: list[dict[str, str]]) -> str:

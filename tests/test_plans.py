@@ -117,7 +117,9 @@ def test_claims_and_acks_use_their_indexes(
     # Why a lease is stale (the 409's lease_status) is read on the same index, never by scan.
     fate = plan(raw, "lease_fate", {"lease_id": leases[0].lease_id})
     assert "tickler_event_leased" in fate and '"Seq Scan"' not in fate
-    groups = plan(raw, "lock_due_groups", {"queue": "emails", "limit": 10, "scan": 500, "now": None, "flow": False})
+    groups = plan(
+        raw, "lock_due_groups", {"queue": "emails", "limit": 10, "scan": 500, "now": None, "flow": False, "cap": None}
+    )
     assert "tickler_event_claimable_group" in groups and not scanned(groups)
     grouped = plan(
         raw,

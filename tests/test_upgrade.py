@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,7 +22,8 @@ from tickler.scheduler import recurring
 from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import Event, NewEvent, Queue
-from tickler.scheduler.store import QueueSettings, ScheduleSpec, SearchFilter, Store
+from tickler.scheduler.sql import parse_queries
+from tickler.scheduler.store import QueueSettings, SearchFilter, Store
 
 PREVIOUS = 20  # the last migration of the release before history by day
 
@@ -47,6 +49,36 @@ logged AS (
 )
 SELECT id FROM finished
 """
+
+
+# The previous release's claims (tests/previous_claims.sql): this release's claims read columns
+# that the previous schema does not have (priority, fairness_key: migration 0045).
+PREVIOUS_CLAIMS = {
+    name: sa.text(sql)
+    for name, sql in parse_queries((Path(__file__).parent / "previous_claims.sql").read_text()).items()
+}
+
+
+def previous_claim(
+    engine: sa.Engine, queue: Queue, *, worker: str, limit: int, now: datetime | None = None, groups: bool = False
+) -> list[str]:
+    """Lease ids claimed by the previous release's statements (ungrouped, or one lease per group)."""
+    params = {
+        "queue": queue.name,
+        "worker": worker,
+        "limit": limit,
+        "lease_seconds": queue.lease_seconds,
+        "now": now,
+        "flow": False,
+    }
+    with engine.begin() as conn:
+        if groups:
+            chosen = conn.execute(PREVIOUS_CLAIMS["lock_due_groups"], {**params, "scan": limit * 50}).all()
+            claimed = conn.execute(PREVIOUS_CLAIMS["claim_groups"], {**params, "groups": [r[0] for r in chosen]})
+        else:
+            claimed = conn.execute(PREVIOUS_CLAIMS["claim_events"], params)
+        lease_ids = [row["lease_id"] for row in claimed.mappings() if row["lease_id"] is not None]
+    return list(dict.fromkeys(str(lease_id) for lease_id in lease_ids))
 
 
 def previous_ack(url: str, lease_ids: list[str]) -> list[int]:
@@ -82,10 +114,10 @@ def fill(url: str, store: Store, engine: sa.Engine, now: datetime) -> list[tuple
         actor="app",
         now=past,
     )
-    leases = store.leases.claim(queue, worker="w", limit=4, now=past + timedelta(minutes=1))
-    previous_ack(url, [leases[0].lease_id])  # delivered
-    store.leases.nack(leases[1].lease_id, error="boom", dead=True, now=past + timedelta(minutes=2))  # dead
-    store.leases.nack(leases[2].lease_id, error="later", now=past + timedelta(minutes=2))  # retried later
+    leases = previous_claim(engine, queue, worker="w", limit=4, now=past + timedelta(minutes=1))
+    previous_ack(url, [leases[0]])  # delivered
+    store.leases.nack(leases[1], error="boom", dead=True, now=past + timedelta(minutes=2))  # dead
+    store.leases.nack(leases[2], error="later", now=past + timedelta(minutes=2))  # retried later
     # leases[3] stays in flight (a lease of a day: the worker of the upgrade does not reap it)
     store.events.cancel("emails", "later0", actor="app", now=past + timedelta(minutes=3))
     # a reused key: delivered, then scheduled again
@@ -107,12 +139,25 @@ def fill(url: str, store: Store, engine: sa.Engine, now: datetime) -> list[tuple
         actor="app",
         now=past,
     )
-    group_leases = store.leases.claim(grouped, worker="w", limit=1, groups_first=True, now=past + timedelta(minutes=1))
-    previous_ack(url, [group_leases[0].lease_id])
+    group_leases = previous_claim(engine, grouped, worker="w", limit=1, groups=True, now=past + timedelta(minutes=1))
+    previous_ack(url, [group_leases[0]])
     # recurring: a schedule and its occurrences
-    store.schedules.put(
-        "digests", "nightly", ScheduleSpec(cron="0 * * * *", timezone="UTC", data={}), actor="ops", now=past
-    )
+    # (as the previous release wrote it: its schedules had no priority; the entry PUT would log)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO tickler_schedule (queue, schedule_key, cron, timezone, created_on, created_by, updated_on,"
+                " updated_by) VALUES ('digests', 'nightly', '0 * * * *', 'UTC', :past, 'ops', :past, 'ops')"
+            ),
+            {"past": past},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO tickler_timeline (queue, item_key, at, action, actor, details)"
+                " VALUES ('digests', 'nightly', :past, 'schedule_created', 'ops', '{}')"
+            ),
+            {"past": past},
+        )
     recurring.enqueue_due(engine, now=now)
     with engine.connect() as conn:
         keys = conn.execute(sa.text("SELECT DISTINCT queue, item_key FROM tickler_timeline ORDER BY 1, 2")).all()
@@ -174,7 +219,7 @@ def test_upgrade_keeps_every_event_and_timeline_entry_while_a_worker_delivers(
         try:
             while len(delivered) < 300:
                 try:
-                    unacked += [lease.lease_id for lease in store.leases.claim(busy, worker="previous", limit=10)]
+                    unacked += previous_claim(store.engine, busy, worker="previous", limit=10)
                     delivered.extend(previous_ack(url, unacked))
                     unacked = []
                 except (sa.exc.OperationalError, psycopg.OperationalError) as error:
@@ -185,6 +230,9 @@ def test_upgrade_keeps_every_event_and_timeline_entry_while_a_worker_delivers(
     worker = threading.Thread(target=previous_worker)
     worker.start()
     wait_until(lambda: len(delivered) >= 20 or errors, what="the worker delivering before the upgrade")
+    # the storage upgrade (0021) alone while the previous release's worker runs; the later ones
+    # (0045 adds columns to the event rows, which a running worker's prepared `e.*` statements
+    # would refuse: "cached plan must not change result type") once it has stopped, below
     applied = migrate(url, through=21)
     assert [m.version for m in applied] == [21]
     worker.join(timeout=60)
@@ -196,7 +244,9 @@ def test_upgrade_keeps_every_event_and_timeline_entry_while_a_worker_delivers(
     assert len(busy_rows) == 300 and {outcome for _, outcome in busy_rows} == {"delivered"}
     assert sorted(delivered) == sorted(set(delivered))  # each delivered once
     assert one_value(raw, "SELECT count(*) FROM tickler_event WHERE queue = 'busy'") == 0
-    # and this release's worker takes over
+    # and this release's worker takes over, once the later migrations are applied too (they only
+    # add: columns at the end of the event rows, compared below without them)
+    migrate(url)
     store.events.schedule(busy, NewEvent(item_key="after", data={}), actor="app")
     with recording_worker(url, "busy", lambda event: None, name="upgraded") as handled:
         wait_until(lambda: one_value(raw, "SELECT count(*) FROM tickler_event WHERE queue = 'busy'") == 0)

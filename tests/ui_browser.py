@@ -1,4 +1,4 @@
-"""What the browser tests share: one headless Chromium for the whole session (Debian's, driven by
+"""What the browser tests share: one headless Chromium per test module (Debian's, driven by
 Playwright), a fresh context (cookies) per test, screenshots, and signing in.
 
 Test modules import the fixtures (`from tests.ui_browser import browser, demo, dialogs, page`) and
@@ -7,7 +7,6 @@ list them in `__all__`.
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 from collections.abc import Iterator
@@ -38,25 +37,22 @@ needs_chromium = pytest.mark.skipif(
     reason=f"no Chromium at {CHROMIUM}: apt-get install chromium chromium-driver (as .ci/run does)",
 )
 
-# One browser for every module that imports the fixture (pytest would make one per module).
-_shared: dict[str, Any] = {}
 
-
-def _close() -> None:
-    if "browser" in _shared:
-        _shared.pop("browser").close()
-        _shared.pop("playwright").stop()
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """The session's headless Chromium (launched on first use, closed when the tests end)."""
-    if "browser" not in _shared:
-        started = playwright_sync.sync_playwright().start()
-        _shared["playwright"] = started
-        _shared["browser"] = started.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        atexit.register(_close)
-    yield _shared["browser"]
+    """A headless Chromium for the module's tests (a fresh context per test). Stopped when the
+    module ends: Playwright's sync API keeps an asyncio loop running on the main thread while it
+    is started, so a later test in the same process that calls asyncio.run() (the async client)
+    would fail, and a second Playwright would refuse to start."""
+    started = playwright_sync.sync_playwright().start()
+    try:
+        chromium = started.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+    finally:
+        started.stop()
 
 
 @pytest.fixture

@@ -41,6 +41,24 @@ class NewEventSchema(WhenSchema):
     )
     data = RuledDict(rules.data, required=True, metadata={"description": "The event's payload (a JSON object)."})
     max_attempts = RuledInteger(rules.max_attempts, metadata=bounds(1, rules.MAX_ATTEMPTS_LIMIT))
+    priority = RuledInteger(
+        rules.priority,
+        metadata={
+            "description": "Higher first: among due events, claims take higher priority first, then earlier due time.",
+            "default": 0,
+            **bounds(rules.MIN_PRIORITY, rules.MAX_PRIORITY),
+        },
+    )
+    fairness_key = RuledString(
+        rules.fairness_key,
+        allow_none=True,
+        metadata={
+            "description": "With the queue's fair_share on, due events of equal priority are handed out round "
+            "robin across fairness keys (and max_in_flight_per_key caps each key's leases). The events of one "
+            "group share one fairness key.",
+            **patterns.item_key_metadata(),
+        },
+    )
 
 
 class _OnConflict(Schema):
@@ -108,11 +126,15 @@ class ChangeEventSchema(WhenSchema):
 
     data = RuledDict(rules.data)
     group_key = RuledString(rules.group_key, allow_none=True, metadata=patterns.key_metadata())
+    priority = RuledInteger(rules.priority, metadata=bounds(rules.MIN_PRIORITY, rules.MAX_PRIORITY))
+    fairness_key = RuledString(rules.fairness_key, allow_none=True, metadata=patterns.item_key_metadata())
 
     @validates_schema(pass_original=True, skip_on_field_errors=False)
     def _something(self, data: dict[str, Any], original: Any, **kwargs: Any) -> None:
         if not original:
-            raise ValidationError("Give at least one of schedule_on, delay_seconds, data, group_key.")
+            raise ValidationError(
+                "Give at least one of schedule_on, delay_seconds, data, group_key, priority, fairness_key."
+            )
 
 
 class CancelArgsSchema(Schema):
@@ -135,6 +157,11 @@ class SearchArgsSchema(Schema):
     )
     group_key = Key()
     item_key_prefix = Key()
+    priority = fields.Integer(
+        validate=validate.Range(min=rules.MIN_PRIORITY, max=rules.MAX_PRIORITY),
+        metadata={"description": "Only events of this priority."},
+    )
+    fairness_key = Key(metadata={"description": "Only events of this fairness key."})
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1))
     cursor = fields.String(
         validate=[validate.Length(min=1, max=2000), validate.Regexp(patterns.CURSOR_PATTERN)],
@@ -183,6 +210,8 @@ class EventSchema(Schema):
     max_attempts = fields.Integer()
     last_error = fields.String(allow_none=True)
     version = fields.Integer()
+    priority = fields.Integer()
+    fairness_key = fields.String(allow_none=True)
 
 
 class ScheduledEventSchema(EventSchema):

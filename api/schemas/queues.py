@@ -80,6 +80,20 @@ class PutQueueSchema(Schema):
     archive_before_prune = StrictBoolean(
         metadata={"description": "Remove a day of history only once `tickler pipeline archive` has written it."}
     )
+    fair_share = StrictBoolean(
+        metadata={
+            "description": "Hand out due events of equal priority round robin across their fairness keys "
+            "(default false)."
+        }
+    )
+    max_in_flight_per_key = StrictInteger(
+        allow_none=True,
+        validate=validate.Range(min=1, max=1_000_000),
+        metadata={
+            "description": "At most this many leases per fairness key live at once, across every process "
+            "(null: no cap). Events without a fairness key count as one key."
+        },
+    )
 
 
 # A queue's events by status, and `due`: the pending ones whose time has come.
@@ -98,6 +112,8 @@ class QueueSchema(Schema):
     rate_per_second = fields.Float(allow_none=True)
     retention_days = fields.Integer()
     archive_before_prune = fields.Boolean()
+    fair_share = fields.Boolean()
+    max_in_flight_per_key = fields.Integer(allow_none=True)
     paused = fields.Boolean(metadata={"description": "A paused queue delivers nothing; scheduling goes on."})
     created_on = RFC3339()
     updated_on = RFC3339()

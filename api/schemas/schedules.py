@@ -9,7 +9,7 @@ from zoneinfo import available_timezones
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from tickler.api import patterns
-from tickler.api.schemas.fields import RFC3339, Key, StrictBoolean
+from tickler.api.schemas.fields import RFC3339, Key, RuledInteger, RuledString, StrictBoolean, bounds
 from tickler.scheduler import cron, recurring, rules
 
 # An occurrence's key is {schedule_key}@2026-11-23T08:00:00Z: 21 characters more, still an item_key.
@@ -61,6 +61,19 @@ class PutScheduleSchema(Schema):
         },
     )
     paused = StrictBoolean(load_default=False, metadata={"description": "A paused schedule enqueues nothing."})
+    priority = RuledInteger(
+        rules.priority,
+        load_default=0,
+        metadata={
+            "description": "The priority of every occurrence (SPEC §10).",
+            **bounds(rules.MIN_PRIORITY, rules.MAX_PRIORITY),
+        },
+    )
+    fairness_key = RuledString(
+        rules.fairness_key,
+        allow_none=True,
+        metadata={"description": "The fairness key of every occurrence.", **patterns.item_key_metadata()},
+    )
 
     @validates_schema
     def _parses(self, data: dict[str, Any], **kwargs: Any) -> None:
@@ -96,6 +109,8 @@ class ScheduleSchema(Schema):
     group_key = fields.String(allow_none=True)
     catch_up = fields.String()
     paused = fields.Boolean()
+    priority = fields.Integer()
+    fairness_key = fields.String(allow_none=True)
     next_occurrences = fields.List(
         RFC3339(), metadata={"description": "The next 5 occurrences, UTC (none while paused)."}
     )

@@ -62,7 +62,9 @@ def _refresh_seconds() -> int:
 
 
 def queue_page(queue: str) -> tuple[str, int]:
-    auth.visible_queue(queue)
+    settings = auth.visible_queue(queue)
+    # SPEC §10: who holds the head of a fair-share queue (bounded read; no per-key metrics)
+    backlogs = reads().fair_backlogs(queue) if settings.fair_shared else None
     form = SearchForm.from_args(request.args.to_dict())
     (summary,) = dashboard().overview([queue])
     events: list[Event] = []
@@ -93,6 +95,7 @@ def queue_page(queue: str) -> tuple[str, int]:
         statuses=sorted(ALL_STATUSES),
         can_pause=signed_in().is_admin,
         refresh=_refresh_seconds(),
+        backlogs=backlogs,
     ), status
 
 

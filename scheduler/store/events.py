@@ -42,6 +42,8 @@ class EventChanges:
     delay_seconds: float | None = None
     data: Any = UNSET
     group_key: Any = UNSET
+    priority: Any = UNSET
+    fairness_key: Any = UNSET  # None: no fairness key
 
 
 SearchFilter = search.SearchFilter
@@ -58,6 +60,8 @@ def _events_json(events: Sequence[NewEvent]) -> str:
                 "delay_seconds": e.delay_seconds,
                 "data": e.data,
                 "max_attempts": e.max_attempts,
+                "priority": e.priority,
+                "fairness_key": e.fairness_key,
             }
             for ord_, e in enumerate(events)
         ],
@@ -228,6 +232,8 @@ class EventStore(EventOperations):
                 schedule_on = changes.schedule_on
             data = current.data if changes.data is UNSET else changes.data
             group_key = current.group_key if changes.group_key is UNSET else changes.group_key
+            priority = current.priority if changes.priority is UNSET else changes.priority
+            fairness_key = current.fairness_key if changes.fairness_key is UNSET else changes.fairness_key
 
             changed = [
                 name
@@ -235,6 +241,8 @@ class EventStore(EventOperations):
                     ("schedule_on", current.schedule_on, schedule_on),
                     ("data", current.data, data),
                     ("group_key", current.group_key, group_key),
+                    ("priority", current.priority, priority),
+                    ("fairness_key", current.fairness_key, fairness_key),
                 )
                 if old != new
             ]
@@ -248,6 +256,15 @@ class EventStore(EventOperations):
                 action = Action.UPDATED
             if "group_key" in changed:
                 details["previous_group_key"] = current.group_key
+            # SPEC §10: what the claims order by, as it is after the change (when not the default)
+            if priority:
+                details["priority"] = priority
+            if fairness_key:
+                details["fairness_key"] = fairness_key
+            if "priority" in changed:
+                details["previous_priority"] = current.priority
+            if "fairness_key" in changed:
+                details["previous_fairness_key"] = current.fairness_key
             row = (
                 conn.execute(
                     q("change_event"),
@@ -256,6 +273,8 @@ class EventStore(EventOperations):
                         "schedule_on": schedule_on,
                         "data": json.dumps(data),
                         "group_key": group_key,
+                        "priority": priority,
+                        "fairness_key": fairness_key or "",
                         "action": action,
                         "actor": actor,
                         "details": json.dumps(details),

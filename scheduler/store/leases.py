@@ -51,6 +51,15 @@ class Claim:
     queue: Queue | None = None
 
 
+@dataclass(frozen=True)
+class Fairness:
+    """How a limited claim shares the queue among fairness keys (SPEC §10)."""
+
+    round_robin: bool  # ungrouped events through claim_events_fair
+    cap: int | None  # max_in_flight_per_key
+    claimed_at: datetime | None = None  # a time the caller fixed (tests); None: the database's clock
+
+
 # A claim held back by max_in_flight looks again this often: leases end in other processes
 # without telling this one (a NOTIFY per ack would serialise every capped queue's commits).
 FLOW_POLL_SECONDS = 0.05
@@ -156,6 +165,7 @@ class LeaseStore(EngineStore):
         if room["paused"]:
             return Claim([], paused=True, queue=settings)
         at: datetime = room["db_now"]  # claimed_on follows the order of the flow lock
+        fairness = Fairness(settings.fair_shared, settings.max_in_flight_per_key, claimed_at=now)
         lease_room = limit if room["lease_room"] is None else min(limit, room["lease_room"])
         event_room = room["event_room"]
         leases: list[Lease] = []
@@ -165,7 +175,14 @@ class LeaseStore(EngineStore):
                 remaining = min(remaining, event_room - sum(len(lease.events) for lease in leases))
             if remaining <= 0:
                 break
-            leases.extend(self._claim_kind(conn, kind, queue, worker, remaining, seconds, at, flow=True))
+            if (
+                kind == "groups"
+                and not conn.execute(q("has_due_groups"), {"queue": queue, "now": at, "flow": True}).scalar()
+            ):
+                continue  # most queues have no groups: one probe instead of the group claim's statements
+            leases.extend(
+                self._claim_kind(conn, kind, queue, worker, remaining, seconds, at, flow=True, fairness=fairness)
+            )
         taken = sum(len(lease.events) for lease in leases)
         if event_room is not None and taken:
             conn.execute(q("flow_record"), {"queue": queue, "at": at, "events": taken})
@@ -176,6 +193,11 @@ class LeaseStore(EngineStore):
             room_in = max(0.0, (room_at - at).total_seconds())
         if room["lease_room"] is not None and len(leases) >= room["lease_room"]:
             room_in = FLOW_POLL_SECONDS if room_in is None else max(room_in, FLOW_POLL_SECONDS)
+        # Due events left behind by a capped claim belong to keys at their cap: their leases end in
+        # other processes, which do not tell this one (as for max_in_flight). Nothing left: sleep.
+        held_by_cap = fairness.cap is not None and len(leases) < limit and room_in is None
+        if held_by_cap and conn.execute(q("has_due_events"), {"queue": queue, "now": at}).scalar():
+            room_in = FLOW_POLL_SECONDS
         return Claim(leases, room_in=room_in, queue=settings)
 
     @staticmethod
@@ -189,9 +211,26 @@ class LeaseStore(EngineStore):
         now: datetime | None,
         *,
         flow: bool,
+        fairness: Fairness | None = None,
     ) -> list[Lease]:
         """Claim up to `limit` leases of one kind: "events" (ungrouped, a lease each) or "groups"."""
-        params = {"queue": queue, "worker": worker, "limit": limit, "lease_seconds": seconds, "now": now, "flow": flow}
+        cap = fairness.cap if fairness is not None else None
+        params = {
+            "queue": queue,
+            "worker": worker,
+            "limit": limit,
+            "lease_seconds": seconds,
+            "now": now,
+            "flow": flow,
+            "cap": cap,
+        }
+        if kind == "events" and fairness is not None and fairness.round_robin:
+            # Under the flow lock only (the pick's cursor and per-key room are the queue's). Leases
+            # whose time is up end first, as the reaper ends them: their events are pending again.
+            ended = conn.execute(q("expire_leases"), {"queue": queue, "actor": "tickler", "now": now}).all()
+            _count_expired(queue, len(ended))
+            fair = {**params, "claimed_at": fairness.claimed_at}
+            return _leases(conn.execute(q("claim_events_fair"), fair).mappings().all())
         if kind == "events":
             rows = conn.execute(q("claim_events"), params).mappings().all()
             # the expired leases it ended: of events it claimed, and of events that died of them

@@ -39,6 +39,8 @@ class QueueSettings:
     rate_per_second: float | None = None
     retention_days: int | None = None
     archive_before_prune: bool | None = None
+    fair_share: bool | None = None
+    max_in_flight_per_key: int | None = None
     # Settings given as null: cleared (max_in_flight and rate_per_second: no limit).
     cleared: frozenset[str] = frozenset()
 
@@ -127,6 +129,8 @@ def _merge(name: str, wanted: QueueSettings, current: Queue | None, defaults: Se
         "rate_per_second": pick("rate_per_second", None),
         "retention_days": pick("retention_days", DEFAULT_RETENTION_DAYS),
         "archive_before_prune": pick("archive_before_prune", False),
+        "fair_share": pick("fair_share", False),
+        "max_in_flight_per_key": pick("max_in_flight_per_key", None),
     }
     if becomes_webhook and wanted.max_in_flight is None and "max_in_flight" not in wanted.cleared:
         values["max_in_flight"] = cap_default

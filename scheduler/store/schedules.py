@@ -28,7 +28,7 @@ from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.tracing import TraceContext
 
 # The definition of a schedule: what PUT sets and the timeline reports as changed.
-FIELDS = ("cron", "timezone", "data", "group_key", "catch_up", "paused")
+FIELDS = ("cron", "timezone", "data", "group_key", "catch_up", "paused", "priority", "fairness_key")
 # due_on of a schedule with work to do at once (see migrations/0010_schedules.sql).
 _AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -43,6 +43,9 @@ class ScheduleSpec:
     group_key: str | None = None
     catch_up: str = "latest"
     paused: bool = False
+    # SPEC §10: carried by every occurrence
+    priority: int = 0
+    fairness_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class Schedule:
     updated_on: datetime
     updated_by: str
     version: int
+    priority: int = 0
+    fairness_key: str | None = None
 
     @classmethod
     def from_row(cls, row: sa.RowMapping, now: datetime, upcoming: int = 5) -> Schedule:
@@ -84,8 +89,9 @@ def schedule_to_json(schedule: Schedule) -> dict[str, Any]:
 
 
 _SCHEDULE_JSON_FIELDS = (
-    "queue", "schedule_key", "cron", "timezone", "data", "group_key", "catch_up", "paused",
-    "next_occurrences", "last_enqueued", "created_on", "created_by", "updated_on", "updated_by", "version",
+    "queue", "schedule_key", "cron", "timezone", "data", "group_key", "catch_up", "paused", "priority",
+    "fairness_key", "next_occurrences", "last_enqueued", "created_on", "created_by", "updated_on", "updated_by",
+    "version",
 )  # fmt: skip
 
 
@@ -205,7 +211,11 @@ class ScheduleStore(EngineStore):
         event = self._waiting_event(conn, row)
         if event is None:
             return
-        changed = [name for name in ("data", "group_key") if event[name] != getattr(spec, name)]
+        changed = [
+            name
+            for name in ("data", "group_key", "priority", "fairness_key")
+            if (event[name] or None if name == "fairness_key" else event[name]) != getattr(spec, name)
+        ]
         if not changed:
             return
         conn.execute(
@@ -215,6 +225,8 @@ class ScheduleStore(EngineStore):
                 "schedule_on": event["schedule_on"],
                 "data": json.dumps(spec.data),
                 "group_key": spec.group_key,
+                "priority": spec.priority,
+                "fairness_key": spec.fairness_key or "",
                 "action": Action.UPDATED,
                 "actor": actor,
                 "details": json.dumps({"changed": changed, "reason": "schedule updated"}),
@@ -295,6 +307,8 @@ def _spec_params(spec: ScheduleSpec, *, stored: bool = False) -> dict[str, Any]:
         "group_key": spec.group_key,
         "catch_up": spec.catch_up,
         "paused": spec.paused,
+        "priority": spec.priority,
+        "fairness_key": spec.fairness_key,
     }
 
 

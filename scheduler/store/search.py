@@ -40,6 +40,8 @@ _COLUMNS = (
     "max_attempts",
     "last_error",
     "version",
+    "priority",
+    "fairness_key",
 )
 event = sa.table("tickler_event", *(sa.column(name) for name in _COLUMNS))
 finished_event = sa.table("tickler_event_history", *(sa.column(name) for name in _COLUMNS))
@@ -54,6 +56,8 @@ class SearchFilter:
     statuses: frozenset[str] = field(default_factory=lambda: ALL_STATUSES)
     group_key: str | None = None
     item_key_prefix: str | None = None
+    priority: int | None = None
+    fairness_key: str | None = None
     limit: int = 100
     after: tuple[datetime, int] | None = None
 
@@ -126,6 +130,10 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
             query = query.where(e.outcome.in_(sorted(wanted)))
     if where.group_key is not None:
         query = query.where(e.group_key == where.group_key)
+    if where.priority is not None:
+        query = query.where(e.priority == where.priority)
+    if where.fairness_key is not None:
+        query = query.where(e.fairness_key == sa.literal(where.fairness_key).collate("C"))
     if where.item_key_prefix:
         query = query.where(e.item_key >= sa.literal(where.item_key_prefix).collate("C"))
         end = prefix_end(where.item_key_prefix)

@@ -41,7 +41,27 @@ class Count:
     capped: bool  # True: at least `n` match (counting stopped there)
 
 
+@dataclass(frozen=True)
+class FairBacklogs:
+    """The fairness keys with the most due events, among the first `seen` due events."""
+
+    keys: list[tuple[str | None, int]]  # (fairness key or None for none, due events), largest first
+    seen: int
+    more: bool  # there are more due events than were looked at
+
+
 class UIReads(EngineStore):
+    def fair_backlogs(
+        self, queue: str, *, keys: int = 10, scan: int = 100_000, now: datetime | None = None
+    ) -> FairBacklogs:
+        """The `keys` fairness keys with the largest due backlog among the queue's first `scan`
+        due events (a bounded read at any backlog)."""
+        params = {"queue": queue, "keys": keys, "scan": scan, "now": now}
+        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
+            rows = conn.execute(_queries()["fair_backlogs"], params).mappings().all()
+        seen = int(rows[0]["seen"]) if rows else 0
+        return FairBacklogs([(row["fairness_key"] or None, int(row["due"])) for row in rows], seen, seen >= scan)
+
     def timeline_page(self, queue: str, item_key: str, *, before: int | None, limit: int) -> TimelinePage:
         """At most `limit` timeline rows of a key older than row `before`, newest first."""
         params = {"queue": queue, "item_key": item_key, "before": before, "limit": limit + 1}

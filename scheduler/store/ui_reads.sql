@@ -17,3 +17,21 @@ FROM tickler_timeline_entry AS e
 WHERE e.queue = :queue AND e.item_key = :item_key
   AND (e.id = ANY(ARRAY(SELECT id FROM page)) OR (e.id IS NULL AND CAST(:before AS bigint) IS NULL))
 ORDER BY e.id DESC NULLS FIRST, e.step DESC;
+
+-- name: fair_backlogs
+-- The fairness keys of a queue with the largest due backlogs (SPEC §10), among its first :scan
+-- due, unleased, ungrouped events in claim order of due time (tickler_event_claimable): a bounded
+-- read whatever the backlog, which shows who holds the head of the queue. `seen` is how many
+-- events were looked at (= :scan: there are more).
+WITH due AS (
+    SELECT e.fairness_key FROM tickler_event AS e
+    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+      AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())
+    ORDER BY e.schedule_on, e.id
+    LIMIT :scan
+)
+SELECT d.fairness_key, count(*) AS due, sum(count(*)) OVER () AS seen
+FROM due AS d
+GROUP BY d.fairness_key
+ORDER BY count(*) DESC, d.fairness_key
+LIMIT :keys;

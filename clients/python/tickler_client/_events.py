@@ -24,13 +24,20 @@ class NewEvent:
     delay: float | timedelta | None = None
     group_key: str | None = None
     max_attempts: int | None = None
+    priority: int | None = None
+    fairness_key: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "item_key": self.item_key,
             "data": self.data,
             **when(self.schedule_on, self.delay),
-            **without_none(group_key=self.group_key, max_attempts=self.max_attempts),
+            **without_none(
+                group_key=self.group_key,
+                max_attempts=self.max_attempts,
+                priority=self.priority,
+                fairness_key=self.fairness_key,
+            ),
         }
 
 
@@ -66,6 +73,8 @@ def schedule(
     delay: float | timedelta | None = None,
     group_key: str | None = None,
     max_attempts: int | None = None,
+    priority: int | None = None,
+    fairness_key: str | None = None,
     on_conflict: OnConflict = "reject",
     debounce_max_seconds: float | timedelta | None = None,
 ) -> Call[Event]:
@@ -77,6 +86,8 @@ def schedule(
     never later than its first enqueue plus `debounce_max_seconds` (`debounced`). The answer's
     `outcome` says which happened. Retried after no answer or a 503 only with `ignore` (the
     one repeat that cannot change anything); otherwise read with `get` before trying again.
+    `priority` (-100..100, default 0): claims take higher priority first. `fairness_key`: on a
+    fair-share queue, due events of equal priority are handed out round robin across keys.
 
     >>> client.schedule("emails", "welcome:ana@example.com", {"template": "welcome"},
     ...                 delay=timedelta(days=1), group_key="ana@example.com")
@@ -87,7 +98,7 @@ def schedule(
         "data": dict(data or {}),
         "on_conflict": on_conflict,
         **when(schedule_on, delay),
-        **without_none(group_key=group_key, max_attempts=max_attempts),
+        **without_none(group_key=group_key, max_attempts=max_attempts, priority=priority, fairness_key=fairness_key),
     }
     if debounce_max_seconds is not None:
         body["debounce_max_seconds"] = seconds(debounce_max_seconds)
@@ -126,8 +137,11 @@ def reschedule(
     data: Mapping[str, Any] | None = None,
     group_key: str | Unset | None = UNSET,
     if_version: int | None = None,
+    priority: int | None = None,
+    fairness_key: str | Unset | None = UNSET,
 ) -> Call[Event]:
-    """Move the open event of a key and/or change its `data` or `group_key` (None removes it).
+    """Move the open event of a key and/or change its `data` or `group_key` (None removes it),
+    its `priority` or its `fairness_key` (None removes it).
 
     With `if_version`, only if the event is still at that version (else `PreconditionFailed`).
     `Conflict` while it is in flight, `NotFound` when the key has no open event. Not retried.
@@ -140,6 +154,10 @@ def reschedule(
         body["data"] = dict(data)
     if not isinstance(group_key, Unset):
         body["group_key"] = group_key
+    if priority is not None:
+        body["priority"] = priority
+    if not isinstance(fairness_key, Unset):
+        body["fairness_key"] = fairness_key
     return Call("PATCH", key_path(queue, item_key), _event, json=body, headers=_if_match(if_version))
 
 
@@ -195,6 +213,8 @@ def search_page(
     page_size: int = 100,
     cursor: str | None = None,
     limit: int | None = None,
+    priority: int | None = None,
+    fairness_key: str | None = None,
 ) -> Call[Page]:
     """One page of `search` (ordered by `schedule_on`, then id); pass its `next_cursor` back
     for the next. `limit` is the old name of `page_size` (deprecated). Retried.
@@ -211,6 +231,8 @@ def search_page(
         item_key_prefix=item_key_prefix,
         limit=str(page_size),
         cursor=cursor,
+        priority=None if priority is None else str(priority),
+        fairness_key=fairness_key,
     )
     return Call("GET", f"/v1/queues/{segment(queue)}/events", _page, params=params, safe=True)
 

@@ -62,13 +62,16 @@ def put_queue(
     max_in_flight: int | Unset | None = UNSET,
     rate_per_second: float | Unset | None = UNSET,
     rotate_signing_secret: bool = False,
+    fair_share: bool | None = None,
+    max_in_flight_per_key: int | Unset | None = UNSET,
 ) -> Call[Queue]:
     """Create a queue or change the settings given (admin). `delivery="webhook"` (with
     `webhook_url`, which alone implies it) makes it a webhook queue, `delivery="pull"` a pull
     queue; a new queue is a pull queue. `pull=True` is the old spelling of `delivery="pull"`
     (deprecated). The answer that creates a webhook queue (or rotates its secret) carries
     `signing_secret`, shown only then.
-    `max_in_flight` / `rate_per_second`: a number, or None for no limit. Retried (a PUT sets
+    `max_in_flight` / `rate_per_second` / `max_in_flight_per_key`: a number, or None for no
+    limit. `fair_share`: round robin across fairness keys among equal priority. Retried (a PUT sets
     the same state again) — except when rotating the secret.
 
     >>> hooks = client.put_queue("reminders", webhook_url="https://app.example.com/hooks")
@@ -93,6 +96,10 @@ def put_queue(
         body["max_in_flight"] = max_in_flight
     if not isinstance(rate_per_second, Unset):
         body["rate_per_second"] = rate_per_second
+    if fair_share is not None:
+        body["fair_share"] = fair_share
+    if not isinstance(max_in_flight_per_key, Unset):
+        body["max_in_flight_per_key"] = max_in_flight_per_key
     if rotate_signing_secret:
         body["rotate_signing_secret"] = True
     return Call("PUT", f"/v1/queues/{segment(name)}", _queue, json=body, safe=not rotate_signing_secret)

@@ -118,6 +118,8 @@ class AsyncClient(AwaitsSends):
         group_key: str | None = None,
         item_key_prefix: str | None = None,
         page_size: int = 100,
+        priority: int | None = None,
+        fairness_key: str | None = None,
     ) -> AsyncIterator[Event]:
         """Every matching event, page after page, as an async iterator (see `Client.search`).
 
@@ -133,6 +135,8 @@ class AsyncClient(AwaitsSends):
                 item_key_prefix=item_key_prefix,
                 page_size=page_size,
                 cursor=cursor,
+                priority=priority,
+                fairness_key=fairness_key,
             )
             for event in page.events:
                 yield event

@@ -160,6 +160,8 @@ class Client(Sends):
         group_key: str | None = None,
         item_key_prefix: str | None = None,
         page_size: int = 100,
+        priority: int | None = None,
+        fairness_key: str | None = None,
     ) -> Iterator[Event]:
         """Every matching event, fetching page after page (`page_size` each) as you iterate.
         `status` is one status or several. Each page is retried (a read).
@@ -176,6 +178,8 @@ class Client(Sends):
                 item_key_prefix=item_key_prefix,
                 page_size=page_size,
                 cursor=cursor,
+                priority=priority,
+                fairness_key=fairness_key,
             )
             yield from page.events
             if page.next_cursor is None:

@@ -65,6 +65,9 @@ class Event:
     last_error: str | None = wire(missing=None)
     version: int = wire(int, missing=0)
     outcome: str | None = wire(missing=None, default=None)
+    # SPEC §10 (a server before priorities answers without them: the defaults)
+    priority: int = wire(int, missing=0, default=0)
+    fairness_key: str | None = wire(missing=None, default=None)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -169,6 +172,8 @@ class Queue:
     paused: bool = wire(bool, missing=False, default=False)
     max_in_flight: int | None = wire(missing=None, default=None)
     rate_per_second: float | None = wire(missing=None, default=None)
+    fair_share: bool = wire(bool, missing=False, default=False)
+    max_in_flight_per_key: int | None = wire(missing=None, default=None)
     counts: dict[str, int] | None = wire(_counts, missing=None, default=None)
     signing_secret: str | None = wire(missing=None, default=None)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
