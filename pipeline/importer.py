@@ -419,6 +419,8 @@ def _load_batch(
         conn.execute(db.q("import_analyze"))
         params = {"actor": actor, "on_conflict": on_conflict, "debounce_max_seconds": debounce_max_seconds}
         written = conn.execute(db.q("import_write"), params).fetchall()
+        conflicts = [row[2] for row in written if row[0] == "conflict" and row[2] is not None]
+        conn.execute(db.q("import_trace"), {"conflicts": conflicts})
         for outcome, n, row_number, *staged_values in written:
             if outcome in ("created", "replaced", "debounced"):
                 counts[outcome] += n
@@ -427,9 +429,9 @@ def _load_batch(
             if on_conflict == "ignore":
                 counts["ignored"] += 1
                 continue
-            queue_, item_key, group_key, schedule_on, delay, data, max_attempts, priority, fairness = staged_values
+            queue_, item_key, group_key, schedule_on, delay, data, max_attempts, *rest = staged_values
             cells = [queue_, item_key, group_key, rules.format_timestamp(schedule_on), delay, _json(data), max_attempts]
-            cells += [priority, fairness]
+            cells += rest  # priority, fairness_key, traceparent
             rejects.append((row_number, "rejected", CONFLICT_REASONS[on_conflict], cells))
     if rejects:
         with conn.cursor().copy(db.q("import_copy_rejects")) as copy:

@@ -52,6 +52,10 @@ _FLAT_OBJECT = r"^ *\{[^{}\\\x00-\x1F]*\} *$"
 # (Spark's reader allows them), integers longer than Python converts.
 _UNSURE_DATA = r"[0-9][.eE]|NaN|Infinity|(^|[^0-9])0[0-9]|[{,:\[] *['+.]|-[^0-9]|[0-9]{300}"
 _UNADDRESSABLE = list(rules.UNADDRESSABLE_KEYS)
+# A version-00 traceparent as TraceContext.parse keeps it unchanged (lower case, nothing around it)
+# and with ids that are not all zeros; anything else is for check_row (which drops a malformed one).
+_TRACEPARENT = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+_ZERO_IDS = r"^00-(0{32}-|[0-9a-f]{32}-0{16}-)"
 
 
 def given(name: str) -> Column:
@@ -96,6 +100,9 @@ PLAIN_WHEN_GIVEN: dict[str, Callable[[Collection[str], int, datetime], Column]] 
     "priority": lambda _q, _bytes, _now: F.col("priority").rlike(_PRIORITY),
     "fairness_key": lambda _q, _bytes, _now: (
         F.col("fairness_key").rlike(_PLAIN_KEY) & ~F.col("fairness_key").isin(_UNADDRESSABLE)
+    ),
+    "traceparent": lambda _q, _bytes, _now: (
+        F.col("traceparent").rlike(_TRACEPARENT) & ~F.col("traceparent").rlike(_ZERO_IDS)
     ),
 }
 REQUIRED = ("queue", "item_key", "data")

@@ -189,13 +189,14 @@ CREATE TEMPORARY TABLE tickler_import_staging (
     data           jsonb NOT NULL,
     max_attempts   integer,
     priority       smallint,
-    fairness_key   text
+    fairness_key   text,
+    traceparent    text
 ) ON COMMIT DROP
 
 -- name: import_copy
 -- Fill the staging table.
 COPY tickler_import_staging (ord, queue, item_key, group_key, schedule_on, delay_seconds, data, max_attempts,
-                             priority, fairness_key)
+                             priority, fairness_key, traceparent)
 FROM STDIN
 
 -- name: import_analyze
@@ -223,14 +224,24 @@ WITH written AS (
 )
 SELECT w.outcome, count(*) AS n, NULL AS ord, NULL AS queue, NULL AS item_key, NULL AS group_key,
        NULL AS schedule_on, NULL AS delay_seconds, NULL AS data, NULL AS max_attempts, NULL AS priority,
-       NULL AS fairness_key
+       NULL AS fairness_key, NULL AS traceparent
 FROM written AS w
 GROUP BY w.outcome
 UNION ALL
 SELECT 'conflict', NULL, s.ord, s.queue, s.item_key, s.group_key, s.schedule_on, s.delay_seconds, s.data,
-       s.max_attempts, s.priority, s.fairness_key
+       s.max_attempts, s.priority, s.fairness_key, s.traceparent
 FROM written AS w JOIN tickler_import_staging AS s ON s.ord = w.ord
 WHERE w.outcome = 'conflict'
+
+-- name: import_trace
+-- Keep each written row's trace context with its event (SPEC §11), as the API keeps a schedule
+-- call's: the rows import_write created, replaced or debounced — every staged row with a context
+-- but the conflicts it returned (a batch holds one row per key, so the key names the event).
+UPDATE tickler_event AS e
+SET traceparent = s.traceparent, tracestate = NULL
+FROM tickler_import_staging AS s
+WHERE s.traceparent IS NOT NULL AND NOT s.ord = ANY(%(conflicts)s)
+  AND e.queue = s.queue AND e.item_key = s.item_key AND e.dequeued_on IS NULL
 
 -- name: import_resume
 -- The unfinished import with this fingerprint (a rerun resumes it), if any.

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from tickler.scheduler import rules, strict_json
+from tickler.scheduler.tracing import TraceContext
 
 # Columns an import file may have; `item_key` and `data` are required (as in the API), `queue`
 # unless --queue names it.
@@ -26,12 +27,13 @@ FIELDS = (
     "max_attempts",
     "priority",
     "fairness_key",
+    "traceparent",  # SPEC §11: the producer's W3C trace context; a malformed one is ignored, as by the API
 )
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
 # What float() reads, less its spellings of infinity and NaN and of digits in other scripts.
 _NUMBER = re.compile(r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$")
 
-Staged = tuple[str, str, str | None, str | None, float | None, str, int | None, int | None, str | None]
+Staged = tuple[str, str, str | None, str | None, float | None, str, int | None, int | None, str | None, str | None]
 
 
 class Invalid(ValueError):
@@ -70,7 +72,7 @@ def _data(row: Mapping[str, Any]) -> Any:
 
 def check_row(row: Mapping[str, Any], *, queues: Container[str], now: datetime, max_data_bytes: int) -> Staged:
     """The staged values of a good row: (queue, item_key, group_key, schedule_on, delay, data, max_attempts,
-    priority, fairness_key).
+    priority, fairness_key, traceparent).
 
     Raises Invalid with the reason of a bad one. `queues`: the queues that exist.
     """
@@ -112,4 +114,11 @@ def check_row(row: Mapping[str, Any], *, queues: Container[str], now: datetime, 
         event.max_attempts,
         event.priority,
         event.fairness_key,
+        _traceparent(row),
     )
+
+
+def _traceparent(row: Mapping[str, Any]) -> str | None:
+    """The row's trace context, as the API keeps a header's: normalised, or None when malformed."""
+    context = TraceContext.parse(_given(row, "traceparent"))
+    return None if context is None else context.traceparent

@@ -80,6 +80,7 @@ FIELDS = [
     "max_attempts",
     "priority",
     "fairness_key",
+    "traceparent",
 ]
 
 
@@ -383,6 +384,7 @@ def test_max_invalid_refuses_the_whole_file_before_writing(
 
 # One change at a time to a row check_row accepts: the JVM's expressions (pipeline.plain_rows)
 # may pass a row to check_row whatever it is, but must never vouch for one check_row refuses.
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 PLAIN_BASE = {"queue": "emails", "item_key": "k", "schedule_on": WHEN, "data": '{"a": 1}'}
 AWKWARD: dict[str, list[str]] = {
     "data": [
@@ -404,6 +406,16 @@ AWKWARD: dict[str, list[str]] = {
     ],
     "delay_seconds": ["1e3", "1.5", "-1", "9999999999", "00", "3600", " 5"],
     "max_attempts": ["0", "1001", "1000", "3.0", "007", "1", "x"],
+    "traceparent": [
+        TRACEPARENT,
+        TRACEPARENT.upper(),
+        f" {TRACEPARENT}",
+        "ff" + TRACEPARENT[2:],
+        TRACEPARENT[:3] + "0" * 32 + TRACEPARENT[35:],
+        TRACEPARENT[:36] + "0" * 16 + TRACEPARENT[52:],
+        f"{TRACEPARENT}-x",
+        "not a context",
+    ],
 }  # fmt: skip
 
 
@@ -442,6 +454,10 @@ def test_the_jvm_vouches_only_for_rows_the_rules_accept(spark: Any) -> None:
     assert cases.index(dict(PLAIN_BASE, schedule_on="2030-01-01T09:00:00.5-03:30")) + 1 in vouched
     by_delay = {**{k: v for k, v in PLAIN_BASE.items() if k != "schedule_on"}, "delay_seconds": "3600"}
     assert cases.index(by_delay) + 1 in vouched
+    # a trace context is vouched for only as check_row keeps it (any other spelling is normalised or
+    # dropped there, so the JVM's COPY text would store something else)
+    contexts = {case["traceparent"]: n for n, case in enumerate(cases, start=1) if "traceparent" in case}
+    assert {value for value, n in contexts.items() if n in vouched} == {TRACEPARENT}
 
 
 @pytest.mark.usefixtures("queues")
