@@ -194,13 +194,7 @@ with tracer.start_as_current_span("signup") as span, Client(values["url"], value
     assert [e["details"].get("trace_id") for e in attempts] == [trace_id, trace_id]
 
 
-def test_pull_claims_hand_the_producer_context_to_consume(database_url: str, store: Store, otlp: OtlpReceiver) -> None:
-    admin_token = store.tokens.create("ops", is_admin=True)
-    token = store.tokens.create("signup-service", queues=["pulled"])
-    with _serve(database_url, otlp) as url:
-        _put_queue(url, admin_token, "pulled", {"mode": "pull"})
-        client = _run_client(
-            """
+BLOCKING_CONSUMER = """
 with Client(values["url"], values["token"]) as tickler:
     with tracer.start_as_current_span("signup") as span:
         tickler.schedule("pulled", "welcome:bo", {"to": "bo"})
@@ -214,7 +208,38 @@ with Client(values["url"], values["token"]) as tickler:
         stop.set()
     tickler.consume("pulled", handle, wait_seconds=1, stop=stop, handle_signals=False)
     print(json.dumps({"trace_id": format(span.get_span_context().trace_id, "032x"), "claimed": claimed}))
-""",
+"""
+ASYNC_CONSUMER = """
+import asyncio
+from tickler_client import AsyncClient
+async def main():
+    async with AsyncClient(values["url"], values["token"]) as tickler:
+        with tracer.start_as_current_span("signup") as span:
+            await tickler.schedule("pulled", "welcome:bo", {"to": "bo"})
+        claimed = []
+        stop = asyncio.Event()
+        async def handle(lease):
+            claimed.append(lease.events[0].raw.get("traceparent"))
+            with tracer.start_as_current_span("send email"):
+                if len(claimed) == 1:
+                    raise RuntimeError("mail server said 421")
+            stop.set()
+        await tickler.consume("pulled", handle, wait_seconds=1, stop=stop, handle_signals=False)
+        print(json.dumps({"trace_id": format(span.get_span_context().trace_id, "032x"), "claimed": claimed}))
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("consumer", [BLOCKING_CONSUMER, ASYNC_CONSUMER], ids=["Client", "AsyncClient"])
+def test_pull_claims_hand_the_producer_context_to_consume(
+    consumer: str, database_url: str, store: Store, otlp: OtlpReceiver
+) -> None:
+    admin_token = store.tokens.create("ops", is_admin=True)
+    token = store.tokens.create("signup-service", queues=["pulled"])
+    with _serve(database_url, otlp) as url:
+        _put_queue(url, admin_token, "pulled", {"mode": "pull"})
+        client = _run_client(
+            consumer,
             otlp,
             url=url,
             token=token,

@@ -11,6 +11,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
+from tickler_client._tracing import mark_failed, process_span
 from tickler_client.consume import OUTAGE_PAUSE, ConsumeStats, Nack, error_text, log
 from tickler_client.errors import ServiceUnavailable, StaleLease, TicklerError, TransportError
 from tickler_client.models import Lease, NackResult
@@ -52,7 +53,16 @@ async def _keep_alive(calls: AsyncLeaseCalls, lease: Lease, length: float, stats
 async def _finish(
     calls: AsyncLeaseCalls, lease: Lease, handler: Handler, stats: ConsumeStats, heartbeat: asyncio.Task[None]
 ) -> None:
-    """Run the handler on one lease (its heartbeat task extends it meanwhile), then ack or nack it."""
+    """Run the handler on one lease (its heartbeat task extends it meanwhile), then ack or nack it;
+    inside the attempt's span when OpenTelemetry is installed, as the blocking loop does (this task
+    owns the span: the context it sets stays with the task across its awaits)."""
+    with process_span(lease):
+        await _run_and_finish(calls, lease, handler, stats, heartbeat)
+
+
+async def _run_and_finish(
+    calls: AsyncLeaseCalls, lease: Lease, handler: Handler, stats: ConsumeStats, heartbeat: asyncio.Task[None]
+) -> None:
     failure: Exception | None = None
     try:
         result = handler(lease)
@@ -66,6 +76,8 @@ async def _finish(
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await heartbeat
+    if failure is not None:
+        mark_failed(failure)
     if lost:
         return
     if failure is not None and not isinstance(failure, Nack):
