@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from tickler.scheduler import rules, strict_json
-from tickler.scheduler.tracing import TraceContext
+from tickler.scheduler.trace_context import TraceContext
 
 # Columns an import file may have; `item_key` and `data` are required (as in the API), `queue`
 # unless --queue names it.
