@@ -147,6 +147,7 @@ BEGIN
                 v_taken := v_taken || v_ids;
                 v_left := v_left - cardinality(v_ids);
                 v_served := v_keys[v_pos[cardinality(v_pos)]];
+                EXIT WHEN v_left <= 0;
                 -- the next pass: keys that gave their whole share and have room left
                 SELECT coalesce(array_agg(k.key ORDER BY k.pos), '{}'), coalesce(array_agg(k.room - n.n ORDER BY k.pos), '{}')
                 INTO v_keys, v_rooms
