@@ -59,7 +59,11 @@ DECLARE
     v_seen     text;                 -- the last key looked at in this level
     v_served   text;                 -- the last key served in this level
     v_key      text;
-    v_first    timestamptz;          -- the key's earliest claimable event at this level
+    v_walked   text[];               -- the keys one walk statement looked at, in order
+    v_firsts   timestamptz[];        -- each one's earliest claimable event at this level
+    v_found    integer;              -- how many of them have a due event
+    v_want     integer;
+    v_hi       text;                 -- after the wrap: the last key to look at (the start key)
     v_room     integer;
     v_keys     text[];               -- a stretch of keys with due events, in cursor order
     v_rooms    integer[];
@@ -87,40 +91,49 @@ BEGIN
                     v_done := true; v_budget := true;
                     EXIT;
                 END IF;
-                -- One probe: the next key's first entry, which is its earliest claimable event.
-                IF v_from IS NULL THEN
-                    SELECT e.fairness_key, e.schedule_on INTO v_key, v_first FROM tickler_fair_claimable AS e
-                    WHERE e.queue = p_queue AND e.priority = v_level
-                    ORDER BY e.fairness_key, e.schedule_on, e.id LIMIT 1;
-                ELSE
-                    SELECT e.fairness_key, e.schedule_on INTO v_key, v_first FROM tickler_fair_claimable AS e
-                    WHERE e.queue = p_queue AND e.priority = v_level AND e.fairness_key > v_from
-                    ORDER BY e.fairness_key, e.schedule_on, e.id LIMIT 1;
-                END IF;
-                IF NOT FOUND THEN             -- past the last key: once more from the first
-                    IF v_wrapped THEN
-                        v_done := true;
-                        EXIT;
+                -- One statement walks on from v_from (after the wrap: up to the start key): one
+                -- probe per key, the next key's first entry, which is its earliest claimable event;
+                -- until it found as many keys with a due event as wanted, or spent the look budget.
+                -- ('' is the least key; in COLLATE "C", k > f is k >= f || chr(1): one index bound.)
+                v_want := v_left - cardinality(v_keys);
+                v_hi := CASE WHEN v_wrapped THEN v_start END;
+                WITH RECURSIVE w (key, first, looked, due) AS (
+                    (SELECT e.fairness_key, e.schedule_on, 1, (e.schedule_on <= p_now)::integer
+                     FROM tickler_fair_claimable AS e
+                     WHERE e.queue = p_queue AND e.priority = v_level
+                       AND e.fairness_key >= CASE WHEN v_from IS NULL THEN '' ELSE v_from || chr(1) END
+                     ORDER BY e.fairness_key, e.schedule_on, e.id LIMIT 1)
+                    UNION ALL
+                    SELECT n.fairness_key, n.schedule_on, w.looked + 1, w.due + (n.schedule_on <= p_now)::integer
+                    FROM w CROSS JOIN LATERAL (
+                        SELECT e.fairness_key, e.schedule_on FROM tickler_fair_claimable AS e
+                        WHERE e.queue = p_queue AND e.priority = v_level AND e.fairness_key > w.key
+                        ORDER BY e.fairness_key, e.schedule_on, e.id LIMIT 1
+                    ) AS n
+                    WHERE w.due < v_want AND w.looked < p_limit * 10 - v_looked AND (v_hi IS NULL OR w.key < v_hi)
+                )
+                SELECT array_agg(w.key ORDER BY w.looked), array_agg(w.first ORDER BY w.looked), max(w.due)
+                INTO v_walked, v_firsts, v_found
+                FROM w WHERE v_hi IS NULL OR w.key <= v_hi;
+                FOR i IN 1..coalesce(cardinality(v_walked), 0) LOOP
+                    v_key := v_walked[i];
+                    v_from := v_key; v_seen := v_key; v_looked := v_looked + 1;
+                    IF v_firsts[i] <= p_now THEN
+                        v_room := CASE WHEN p_cap IS NULL THEN p_limit
+                                       ELSE p_cap - tickler_fair_live_leases(p_queue, v_key, p_now) END;
+                        IF v_room > 0 THEN
+                            v_keys := v_keys || v_key; v_rooms := v_rooms || v_room;
+                        END IF;
                     END IF;
-                    v_wrapped := true; v_from := NULL;
-                    CONTINUE;
-                END IF;
-                IF v_wrapped AND v_start IS NOT NULL AND v_key > v_start THEN  -- every key seen once
+                END LOOP;
+                CONTINUE WHEN coalesce(v_found, 0) >= v_want;  -- found what it wanted: walk on if needed
+                CONTINUE WHEN v_looked >= p_limit * 10;         -- the budget: the next turn says so
+                -- The walk ran out of keys (or, after the wrap, reached the start key): wrap once.
+                IF v_wrapped THEN
                     v_done := true;
                     EXIT;
                 END IF;
-                v_from := v_key; v_seen := v_key; v_looked := v_looked + 1;
-                IF v_first <= p_now THEN
-                    v_room := CASE WHEN p_cap IS NULL THEN p_limit
-                                   ELSE p_cap - tickler_fair_live_leases(p_queue, v_key, p_now) END;
-                    IF v_room > 0 THEN
-                        v_keys := v_keys || v_key; v_rooms := v_rooms || v_room;
-                    END IF;
-                END IF;
-                IF v_wrapped AND v_key = v_start THEN
-                    v_done := true;
-                    EXIT;
-                END IF;
+                v_wrapped := true; v_from := NULL;
             END LOOP;
             -- Passes over the stretch: each key an equal share of what is left (at most its room);
             -- the keys that gave their whole share may have more, and share what is then left.
