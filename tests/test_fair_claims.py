@@ -160,3 +160,24 @@ def test_the_plain_and_the_fair_fast_claims_refuse_each_others_queues(
     make_queue("emails", fair_share=True, max_in_flight_per_key=1 if fair_share else None)
     store.events.schedule_batch(stale, [NewEvent("a-0", {}, fairness_key="a", schedule_on=db_now(raw))], actor="t")
     assert store.leases.claim(stale, worker="w", limit=5) == []
+
+
+def test_a_fair_queue_without_a_cap_claims_its_groups_on_the_fast_path(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    """Groups are not interleaved round robin (docs/architecture.md): the group claim serves a fair
+    queue without a cap without the flow lock too, next to the round-robin claim."""
+    queue = make_queue("emails", fair_share=True)
+    now = db_now(raw)
+    store.events.schedule_batch(
+        queue,
+        [NewEvent(f"g-{i}", {}, group_key="g", fairness_key="a", schedule_on=now) for i in range(2)]
+        + [
+            NewEvent("a-0", {}, fairness_key="a", schedule_on=now),
+            NewEvent("b-0", {}, fairness_key="b", schedule_on=now),
+        ],
+        actor="test",
+    )
+    leases = store.leases.claim(queue, worker="w", limit=5, now=now)
+    assert sorted((lease.group_key, len(lease.events)) for lease in leases if lease.group_key) == [("g", 2)]
+    assert sorted(claimed_keys([lease for lease in leases if not lease.group_key])) == ["a-0", "b-0"]
