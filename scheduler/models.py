@@ -110,8 +110,22 @@ class Queue:
 
     @property
     def flow_limited(self) -> bool:
-        """Whether claims of this queue go through its flow lock (see flow_room in queries.sql)."""
-        return self.paused or self.max_in_flight is not None or self.rate_per_second is not None or self.fair_shared
+        """Whether claims of this queue go through its flow lock (see flow_room in queries.sql). Fair
+        share alone does not: its cursor is a hint, not a limit (claim_events_round_robin)."""
+        return (
+            self.paused
+            or self.max_in_flight is not None
+            or self.rate_per_second is not None
+            or self.max_in_flight_per_key is not None
+        )
+
+    @property
+    def claim_path(self) -> str:
+        """Which claim statements serve this queue: "limited" (under the flow lock), "fair" (round
+        robin, no lock) or "plain". Each refuses a queue of another path."""
+        if self.flow_limited:
+            return "limited"
+        return "fair" if self.fair_share else "plain"
 
     @property
     def fair_shared(self) -> bool:

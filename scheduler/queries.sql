@@ -394,6 +394,76 @@ SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS die
 FROM died AS d LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
 ORDER BY c.priority DESC, c.schedule_on, c.id;
 
+-- name: claim_events_round_robin
+-- Lease up to :limit due, ungrouped events of a fair-share queue without a cap (fair_share, no
+-- max_in_flight_per_key, max_in_flight or rate), one lease each, in one autocommit statement like
+-- claim_events: no flow lock, because the cursor is a hint, not a limit. Events whose lease
+-- expired are taken first, as in claim_events; the rest is what tickler_fair_pick() hands out
+-- (migration 0047: priority levels from the highest, round robin across fairness keys within a
+-- level, locked with SKIP LOCKED), in that order. Two claims that run at once both start from the
+-- cursor: SKIP LOCKED hands them different events (a key may then give one event to each), and
+-- the cursor keeps the move of one of them. The statement takes nothing from a paused or limited
+-- queue (those are claimed under the flow lock, whatever a caller believes the settings are).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+open_to_us AS (
+    SELECT true AS ok FROM tickler_queue AS q
+    WHERE q.name = :queue AND NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
+      AND q.max_in_flight_per_key IS NULL
+),
+expired AS (  -- leases whose time is up (the lease test of expiry, as in claim_events)
+    SELECT e.id, e.lease_id, e.claimed_by, e.lease_expires_on, e.claimed_on, e.claimed_expires_on,
+           e.redeliver_count + 1 AS attempt,
+           tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts) AS dies
+    FROM tickler_event AS e
+    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
+      AND e.lease_expires_on <= (SELECT now FROM clock)
+      AND EXISTS (SELECT 1 FROM open_to_us)
+    ORDER BY e.lease_expires_on
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+died AS (  -- the function is called only when one dies (it is planned at every call)
+    SELECT count(*) AS n
+    FROM tickler_end_expired_leases(ARRAY(SELECT id FROM expired WHERE dies), 'tickler', (SELECT now FROM clock))
+    WHERE EXISTS (SELECT 1 FROM expired WHERE dies)
+),
+picked AS MATERIALIZED (  -- the unleased events: tickler_fair_claimable, read by the pick only
+    SELECT tickler_fair_pick(:queue, clock.now, :limit - (SELECT count(*) FROM expired WHERE NOT dies)::integer,
+                             NULL) AS ids
+    FROM clock WHERE EXISTS (SELECT 1 FROM open_to_us)
+),
+claimed AS (
+    UPDATE tickler_event AS e
+    SET claimed_on = clock.now,
+        claimed_by = :worker,
+        lease_id = gen_random_uuid(),
+        lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        -- an expired lease ends here: the attempt it was counts (see expired)
+        redeliver_count = e.redeliver_count + CASE WHEN e.lease_id IS NULL THEN 0 ELSE 1 END,
+        last_error = CASE WHEN e.lease_id IS NULL THEN e.last_error ELSE 'lease expired' END,
+        version = e.version + 1
+    FROM clock
+    WHERE e.id = ANY(ARRAY((SELECT id FROM expired WHERE NOT dies) UNION ALL (SELECT unnest(ids) FROM picked)))
+    RETURNING e.*
+),
+logged AS (  -- the expired leases this claim ended
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, c.claimed_on, 'lease_expired', 'tickler', c.schedule_on,
+           tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
+                              c.claimed_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
+                              x.claimed_expires_on, x.lease_id, x.attempt, c.group_key, c.schedule_on)
+    FROM claimed AS c
+    JOIN expired AS x ON x.id = c.id
+    ORDER BY c.id
+)
+-- As claim_events: one row per claimed event (the expired first, then in the order handed out),
+-- with whether its claim ended an expired lease; `died` also on the one row of NULLs.
+SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died
+FROM died AS d LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
+LEFT JOIN picked AS p ON true
+ORDER BY x.id IS NULL, array_position(p.ids, c.id), c.id;
+
 -- name: claim_events_fair
 -- Lease the ungrouped events tickler_fair_pick() hands out (migration 0045: priority levels from
 -- the highest, round robin across fairness keys within a level, at most each key's room under
@@ -491,7 +561,7 @@ SELECT (EXISTS (
     WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NOT NULL AND group_key IS NOT NULL
       AND lease_expires_on <= coalesce(CAST(:now AS timestamptz), now())
 )) AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
-                                         AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
+                                         AND q.max_in_flight_per_key IS NULL
                                   FROM tickler_queue AS q WHERE q.name = :queue)) AS found;
 
 -- name: lock_due_groups
@@ -504,7 +574,7 @@ SELECT (EXISTS (
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 open_queue AS (
     SELECT CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
-                                             AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
+                                             AND q.max_in_flight_per_key IS NULL
                                       FROM tickler_queue AS q WHERE q.name = :queue) AS open
 ),
 due AS (

@@ -108,10 +108,11 @@ class PullClaims:
             if claim.leases or waiter is None or remaining <= 0:
                 return claim.leases
             if not queue.flow_limited:
-                # The settings may be cached and stale (a queue just paused or limited refuses the
-                # fast path, which then finds nothing due and would look again at once): read them.
+                # The settings may be cached and stale (a queue just paused, limited or made fair
+                # refuses the fast path it was on, which then finds nothing due and would look
+                # again at once): read them.
                 fresh = self.store.queues.get(queue.name)
-                if fresh.flow_limited:
+                if fresh.claim_path != queue.claim_path:
                     queue = fresh
                     continue
             done = Round()

@@ -187,3 +187,55 @@ def test_due_counts_read_only_the_due_range_of_a_large_future_backlog(
         # a read the planner expects to return more than 1 % of the table is not a read of the due few
         assert all(kind != "Seq Scan" and rows <= 300 for kind, _, rows in scans), (name, scans)
     assert store.queues.counts("emails")["due"] == 90
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+def test_the_fair_claim_without_a_cap_probes_keys_on_its_indexes(
+    fresh_install: tuple[Store, psycopg.Connection[Any]], analysed: bool
+) -> None:
+    """claim_events_round_robin (fair share, no cap: one autocommit statement) at 20,000 future
+    events in 3 priority levels over 1,000 fairness keys, 150 due over 50 keys: the statement and
+    the pick it calls read tickler_event through its indexes only (no sequential scan, also
+    without statistics), one probe per key looked at, never the future events one by one."""
+    store, raw = fresh_install
+    queue = store.queues.put("emails", QueueSettings(fair_share=True), Settings()).queue
+    for start in range(0, 20_000, 5_000):
+        store.events.schedule_batch(
+            queue,
+            [
+                NewEvent(f"k{i}", {}, delay_seconds=3600, priority=(i % 3) - 1, fairness_key=f"t{i % 1000}")
+                for i in range(start, start + 5_000)
+            ],
+            actor="load",
+        )
+    store.events.schedule_batch(
+        queue,
+        [NewEvent(f"due{i}", {}, priority=(i % 3) - 1, fairness_key=f"t{i % 50}") for i in range(150)],
+        actor="load",
+    )
+    if analysed:
+        raw.execute("ANALYZE tickler_event")
+    params = {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None}
+    statement = plan(raw, "claim_events_round_robin", params)
+    assert not scanned(statement), statement
+    # The pick is PL/pgSQL: what it read is in this transaction's statistics.
+    text = str(queries()["claim_events_round_robin"].compile(compile_kwargs={"render_postcompile": True}))
+    for key in sorted(params, key=len, reverse=True):
+        text = text.replace(f":{key}", f"%({key})s")
+    raw.execute("BEGIN")
+    try:
+        claimed = raw.execute(text, params).fetchall()
+        seq = raw.execute("SELECT pg_stat_get_xact_numscans('tickler_event'::regclass)").fetchone()
+        fair = raw.execute(
+            "SELECT pg_stat_get_xact_tuples_returned('tickler_event_claimable_fair'::regclass)"
+        ).fetchone()
+        probes = raw.execute("SELECT pg_stat_get_xact_numscans('tickler_event_claimable_fair'::regclass)").fetchone()
+    finally:
+        raw.execute("ROLLBACK")  # the events stay as they were
+    assert len(claimed) == 100
+    assert seq is not None and seq[0] == 0  # sequential scans of the events' table
+    # Each level holds 1,000 keys, 50 of them with due events: the claim looks at 10 x the batch
+    # keys of a level at most (one probe each), reads each served key's due events (one range), and
+    # so takes two levels; not the 20,000 events.
+    assert probes is not None and probes[0] <= 2 * (1_000 + 50) + 10, probes
+    assert fair is not None and fair[0] < 3_000, fair

@@ -113,24 +113,34 @@ class LeaseStore(EngineStore):
         its due events (one transaction: its advisory locks span two statements).
         `groups_first` alternates which kind is served first, so neither can starve the other.
 
-        A queue that is paused or has max_in_flight / rate_per_second is claimed in one
-        transaction under its flow lock, which every process takes: the room is counted and
-        used there (flow_room). Other queues keep the fast path: no lock, no extra write. The
-        fast statements refuse a paused or limited queue themselves, so a caller holding stale
-        settings can claim nothing it should not.
+        A queue that is paused or has max_in_flight / rate_per_second / max_in_flight_per_key is
+        claimed in one transaction under its flow lock, which every process takes: the room is
+        counted and used there (flow_room). Other queues keep the fast path: no lock, no extra
+        write; with fair_share, its ungrouped events go round robin (claim_events_round_robin).
+        The fast statements refuse a paused or limited queue themselves (and the plain one a fair
+        queue), so a caller holding stale settings can claim nothing it should not.
         """
         seconds = lease_seconds if lease_seconds is not None else queue.lease_seconds
         if queue.flow_limited:
             with self.engine.begin() as conn:
                 claim = self._claim_limited(conn, queue.name, worker, limit, seconds, groups_first, now)
         else:
-            claim = Claim(self._claim_fast(queue.name, worker, limit, seconds, groups_first, now))
+            fair = queue.fair_share
+            claim = Claim(self._claim_fast(queue.name, worker, limit, seconds, groups_first, now, fair=fair))
         if claim.leases:
             metrics.CLAIM_BATCH.labels(queue.name).observe(len(claim.leases))
         return claim
 
     def _claim_fast(
-        self, queue: str, worker: str, limit: int, seconds: float, groups_first: bool, now: datetime | None
+        self,
+        queue: str,
+        worker: str,
+        limit: int,
+        seconds: float,
+        groups_first: bool,
+        now: datetime | None,
+        *,
+        fair: bool = False,
     ) -> list[Lease]:
         leases: list[Lease] = []
         for kind in ("groups", "events") if groups_first else ("events", "groups"):
@@ -139,7 +149,9 @@ class LeaseStore(EngineStore):
                 break
             if kind == "events":
                 with self.autocommit.connect() as conn:
-                    leases.extend(self._claim_kind(conn, kind, queue, worker, remaining, seconds, now, flow=False))
+                    leases.extend(
+                        self._claim_kind(conn, kind, queue, worker, remaining, seconds, now, flow=False, fast_fair=fair)
+                    )
             else:
                 with self.autocommit.connect() as conn:
                     found = conn.execute(q("has_due_groups"), {"queue": queue, "now": now, "flow": False})
@@ -212,6 +224,7 @@ class LeaseStore(EngineStore):
         *,
         flow: bool,
         fairness: Fairness | None = None,
+        fast_fair: bool = False,
     ) -> list[Lease]:
         """Claim up to `limit` leases of one kind: "events" (ungrouped, a lease each) or "groups"."""
         cap = fairness.cap if fairness is not None else None
@@ -232,7 +245,8 @@ class LeaseStore(EngineStore):
             fair = {**params, "claimed_at": fairness.claimed_at}
             return _leases(conn.execute(q("claim_events_fair"), fair).mappings().all())
         if kind == "events":
-            rows = conn.execute(q("claim_events"), params).mappings().all()
+            # fair share without a cap: round robin in one statement, no lock (the cursor is a hint)
+            rows = conn.execute(q("claim_events_round_robin" if fast_fair else "claim_events"), params).mappings().all()
             # the expired leases it ended: of events it claimed, and of events that died of them
             _count_expired(queue, sum(1 for row in rows if row["lease_ended"]) + rows[0]["died"])
             return _leases([row for row in rows if row["id"] is not None])
