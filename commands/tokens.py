@@ -6,11 +6,14 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from tickler.commands.output import print_json, print_table
 from tickler.config import Settings
 from tickler.scheduler.rules import check_queue_name
-from tickler.scheduler.store import Store
+
+if TYPE_CHECKING:  # the store (and SQLAlchemy) is imported when a subcommand runs, not to parse
+    from tickler.scheduler.store import Store
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -9,7 +9,6 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from tickler.commands.failures import Refused, describe_database, explain
@@ -30,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     from tickler.commands import tokens
 
     parser = argparse.ArgumentParser(prog="tickler", description="Delayed events with natural keys, on PostgreSQL.")
-    parser.add_argument("--version", action="version", version=f"tickler {_version()}")
+    parser.add_argument("--version", action=_Version, help="show tickler's version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the HTTP API and a dispatcher in one process")
@@ -67,7 +66,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Version(argparse.Action):
+    """argparse's version action, with the version read when asked for (importlib.metadata is
+    slow to import, and every other command would pay for it to build the parser)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=str(kwargs.get("help")))
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(f"tickler {_version()}")
+        parser.exit()
+
+
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("tickler")
     except PackageNotFoundError:
@@ -99,9 +112,13 @@ def _main(argv: list[str]) -> int:
     except SettingsError as error:
         print(f"tickler: {error}", file=sys.stderr)
         return 2
-    from tickler.scheduler.logs import configure_logging
+    from tickler import commands as ops_commands
 
-    configure_logging(settings.log_level, settings.log_format)
+    if not (args.command in ops_commands.NAMES and ops_commands.plain(args)):
+        # A plain read logs nothing: it leaves structlog (and what it loads) unimported.
+        from tickler.scheduler.logs import configure_logging
+
+        configure_logging(settings.log_level, settings.log_format)
     try:
         return _run(settings, args)
     except Refused as refusal:
