@@ -29,7 +29,9 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 def plain(args: argparse.Namespace) -> bool:
     """Whether the subcommand only reads over one plain connection (scheduler/plain.py): no store,
     no SQLAlchemy, no logging set up; what a person runs most often, so it starts the quickest."""
-    return args.command == "queues" and args.action == "list" and not args.json
+    return (args.command == "queues" and args.action == "list" and not args.json) or (
+        args.command == "token" and args.token_command == "list"
+    )
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
-"""`tickler queues list` starts quickly: it reads over one plain psycopg connection (scheduler/plain.py)
-with the store's own named queries, and imports neither SQLAlchemy nor structlog nor Flask. Its
-table says what the store says. Timings live in docs/benchmarks.md; here, what is imported."""
+"""`tickler queues list` and `tickler token list` start quickly: they read over one plain psycopg
+connection (scheduler/plain.py) with the store's own named queries, and import neither SQLAlchemy
+nor structlog nor Flask. The listing says what the store says. Timings live in
+docs/benchmarks.md; here, what is imported."""
 
 from __future__ import annotations
 
@@ -43,6 +44,15 @@ def test_queues_list_imports_no_store_no_logging_and_no_app(
     make_queue("emails")
     code, table, imported = _imports_of(["queues", "list"], database_url)
     assert code == 0 and table.splitlines()[1].split()[:3] == ["emails", "pull", "active"], table
+    assert imported == []
+
+
+def test_token_list_imports_no_store_either(database_url: str, store: Store) -> None:
+    store.tokens.create("reporting", queues=["emails"], is_admin=False)
+    code, table, imported = _imports_of(["token", "list"], database_url)
+    header, *rows = table.splitlines()
+    assert code == 0 and header.split() == ["ID", "NAME", "SCOPE", "CREATED", "STATE"], table
+    assert [row.split()[1:3] for row in rows] == [["reporting", "emails"]] and rows[0].endswith("active"), table
     assert imported == []
 
 

@@ -114,7 +114,7 @@ def _main(argv: list[str]) -> int:
         return 2
     from tickler import commands as ops_commands
 
-    if not (args.command in ops_commands.NAMES and ops_commands.plain(args)):
+    if not ops_commands.plain(args):
         # A plain read logs nothing: it leaves structlog (and what it loads) unimported.
         from tickler.scheduler.logs import configure_logging
 
