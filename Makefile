@@ -5,6 +5,11 @@ BIN    := $(VENV)/bin
 PG15   ?= postgresql://postgres@127.0.0.1:5432/postgres
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
+# pip, quiet. setuptools says "Editable installation ... folders in your working directory with the
+# same name as your package may take precedence" for every editable install of a flat layout; here
+# that folder (tickler/, and clients/python/tickler_client/) is the package itself, so the notice
+# tells a newcomer of a problem they do not have. Only that message is silenced.
+PIP    := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet
 
 .DEFAULT_GOAL := help
 
@@ -14,16 +19,16 @@ help: ## list the targets
 # Stamps: the service alone, and the service with its test and pipeline extras.
 $(VENV)/.installed-base: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e . -e ./clients/python
+	$(PIP) --upgrade pip
+	$(PIP) -e . -e ./clients/python
 	@touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed-base clients/python/pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev,pipeline]' -e ./clients/python
+	$(PIP) -e '.[dev,pipeline]' -e ./clients/python
 	@touch $@
 
 $(VENV)/.installed-bench: $(VENV)/.installed-dev
-	$(BIN)/pip install --quiet -e '.[bench]'
+	$(PIP) -e '.[bench]'
 	@touch $@
 
 install: $(VENV)/.installed-dev ## create .venv and install tickler with its test and pipeline extras, and the Python client (editable)
@@ -43,10 +48,10 @@ test-quick: install ## the inner loop: the suite without Spark and the browser (
 lint: install ## ruff (lint and formatting) and the layer contracts (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports
+	$(BIN)/python scripts/lint_imports.py
 
 typecheck: install ## mypy --strict over the service code and the Python client
-	$(BIN)/mypy
+	$(BIN)/python scripts/typecheck.py
 
 bench: $(VENV)/.installed-bench ## install the peer (pgqueuer) and servers, run every benchmark scenario on a private PostgreSQL cluster and rewrite docs/benchmarks.md (long)
 	$(BIN)/python -m bench

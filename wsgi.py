@@ -1,5 +1,9 @@
-"""WSGI entry point: `gunicorn tickler.wsgi:app`. Settings come from TICKLER_* environment variables."""
+"""The WSGI application, for a server started in a checkout that names this file's module, `wsgi`.
 
-from tickler.api import create_app
+The application lives in tickler/wsgi.py (`gunicorn tickler.wsgi:app`, as deployed); this file only
+re-exports it, a module of its own rather than a second name for that file.
+"""
 
-app = create_app()
+from tickler.wsgi import app
+
+__all__ = ["app"]

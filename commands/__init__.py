@@ -26,12 +26,28 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     schedules.add_parser(subparsers)
 
 
+def plain(args: argparse.Namespace) -> bool:
+    """Whether the subcommand only reads over one plain connection (scheduler/plain.py): no store,
+    no SQLAlchemy, no logging set up; what a person runs most often, so it starts the quickest."""
+    return (args.command == "queues" and args.action == "list" and not args.json) or (
+        args.command == "token" and args.token_command == "list"
+    )
+
+
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Run one of NAMES; 0 done, 1 refused (no such key, conflict...), 2 no database or bad input."""
     from tickler.commands import events, queues, schedules
-    from tickler.commands.database import NoDatabase, open_store
+    from tickler.commands.database import NoDatabase, open_reader, open_store
     from tickler.scheduler.errors import Invalid, TicklerError
 
+    if plain(args):
+        try:
+            conn = open_reader(settings)
+        except NoDatabase as error:
+            print(f"tickler: {error}", file=sys.stderr)
+            return 2
+        with conn:
+            return queues.print_listing(conn)
     try:
         store, close = open_store(settings)
     except NoDatabase as error:

@@ -3,30 +3,65 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tickler.config import Settings
-from tickler.scheduler import db
-from tickler.scheduler.db import NoDatabase, create_engine
-from tickler.scheduler.migrate import MigrationError, pending_migrations
-from tickler.scheduler.store import Store
+from tickler.scheduler.connect import NoDatabase
 
-__all__ = ["NoDatabase", "existing_database_url", "open_store"]
+if TYPE_CHECKING:
+    import psycopg
+
+    from tickler.scheduler.store import Store
+
+__all__ = ["NoDatabase", "existing_database_url", "open_reader", "open_store"]
 
 
 def existing_database_url(settings: Settings) -> str:
     """The database URL, starting the embedded server only if its data already exists."""
+    from tickler.scheduler import db
+
     return db.existing_database_url(settings.database_url, settings.data_dir)
 
 
-def open_store(settings: Settings) -> tuple[Store, Callable[[], None]]:
-    """A store over the existing, migrated database, and a function that closes it."""
-    url = existing_database_url(settings)
+def _check_migrated(conn: psycopg.Connection) -> None:
+    from tickler.scheduler.migrate import MigrationError, pending_on
+
     try:
-        pending = pending_migrations(url)
+        pending = pending_on(conn)
     except MigrationError as error:
         raise NoDatabase(str(error)) from None
     if pending:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
         raise NoDatabase(f"the database is not migrated yet ({names}); run `tickler migrate` first")
+
+
+def open_store(settings: Settings) -> tuple[Store, Callable[[], None]]:
+    """A store over the existing, migrated database, and a function that closes it."""
+    import psycopg
+
+    from tickler.scheduler.connect import existing_libpq_url
+    from tickler.scheduler.db import create_engine
+    from tickler.scheduler.store import Store
+
+    url = existing_libpq_url(settings.database_url, settings.data_dir)
+    with psycopg.connect(url, autocommit=True) as conn:
+        _check_migrated(conn)
     engine = create_engine(url, pool_size=1)
     return Store(engine), engine.dispose
+
+
+def open_reader(settings: Settings) -> psycopg.Connection:
+    """One plain psycopg connection (autocommit) to the existing, migrated database, for the
+    read-only listings of scheduler/plain.py: no SQLAlchemy engine, no store."""
+    import psycopg
+
+    from tickler.scheduler.connect import existing_libpq_url
+
+    url = existing_libpq_url(settings.database_url, settings.data_dir)
+    conn = psycopg.connect(url, autocommit=True, application_name="tickler")
+    try:
+        _check_migrated(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn

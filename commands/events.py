@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import getpass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tickler.commands.arguments import check_queue_name, key
 from tickler.commands.output import print_fields, print_json, print_table
 from tickler.scheduler import rules
 from tickler.scheduler.errors import Invalid
 from tickler.scheduler.models import Event, TimelineEntry, event_to_json
-from tickler.scheduler.store import Matching, SearchFilter, Store
-from tickler.scheduler.store.search import ALL_STATUSES, decode_cursor, encode_cursor
+from tickler.scheduler.states import ALL_STATUSES
+
+if TYPE_CHECKING:  # the store (and SQLAlchemy) is imported when a subcommand runs, not to parse
+    from tickler.scheduler.store import Store
 
 
 def _time(value: str) -> Any:
@@ -106,6 +108,9 @@ def run(store: Store, args: argparse.Namespace) -> int:
 
 
 def _list(store: Store, args: argparse.Namespace) -> int:
+    from tickler.scheduler.store import SearchFilter
+    from tickler.scheduler.store.search import decode_cursor, encode_cursor
+
     where = SearchFilter(
         statuses=args.status or ALL_STATUSES,
         group_key=args.group,
@@ -184,6 +189,8 @@ def _timeline(store: Store, args: argparse.Namespace) -> int:
 
 
 def _change(store: Store, args: argparse.Namespace) -> int:
+    from tickler.scheduler.store import Matching
+
     """retry / cancel: one key, or every match of --group / --prefix."""
     by_filter = args.group is not None or args.prefix is not None
     if by_filter == (args.item_key is not None):

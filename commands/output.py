@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from tickler.scheduler.rules import duration_units
+from tickler.scheduler.rules import duration_units  # rules and models import no SQLAlchemy
 
 
 def print_json(value: Any) -> None:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from tickler.commands.arguments import check_queue_name
 from tickler.commands.output import age, print_fields, print_json, print_table
 from tickler.scheduler.errors import NotFound
-from tickler.scheduler.store import QueueGauges, Store
+
+if TYPE_CHECKING:  # the store (and SQLAlchemy) is imported when a subcommand runs, not to parse
+    import psycopg
+
+    from tickler.scheduler.store import QueueGauges, Store
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(store: Store, args: argparse.Namespace) -> int:
     if args.action == "list":
-        return _list(store, args.json)
+        return _list(store)
     check_queue_name(args.queue)
     if args.action == "pause":
         store.queues.pause(args.queue)
@@ -36,27 +41,25 @@ def run(store: Store, args: argparse.Namespace) -> int:
     return _show(store, args.queue, args.json)
 
 
-def _list(store: Store, as_json: bool) -> int:
-    queues = store.queues.list()
+def _list(store: Store) -> int:
+    """`queues list --json`: each queue as the HTTP API shows it (the table: print_listing)."""
     gauges = {g.name: g for g in store.queues.gauges()}
-    if as_json:
-        print_json({"queues": [_json(store, q.name, gauges.get(q.name)) for q in queues]})
-        return 0
+    print_json({"queues": [_json(store, q.name, gauges.get(q.name)) for q in store.queues.list()]})
+    return 0
+
+
+def print_listing(conn: psycopg.Connection) -> int:
+    """`queues list`: a table, read over one plain connection (scheduler/plain.py, no store)."""
+    from tickler.scheduler.plain import queue_listing
+
     rows = []
-    for queue in queues:
-        g = gauges.get(queue.name)
-        rows.append(
-            [
-                queue.name,
-                queue.delivery_mode,
-                "paused" if queue.paused else "active",
-                *(
-                    [g.pending, g.due, g.in_flight, g.dead, age(g.oldest_due_age_seconds) if g.due else "-"]
-                    if g
-                    else ["-"] * 5
-                ),
-            ]
-        )
+    for q in queue_listing(conn):
+        state = [q["name"], q["delivery_mode"], "paused" if q["paused"] else "active"]
+        if q["due"] is None:  # created between the two reads
+            rows.append([*state, *["-"] * 5])
+            continue
+        oldest = age(q["oldest_due_age_seconds"]) if q["due"] else "-"
+        rows.append([*state, q["pending"], q["due"], q["in_flight"], q["dead"], oldest])
     print_table(["QUEUE", "MODE", "STATE", "PENDING", "DUE", "IN_FLIGHT", "DEAD", "OLDEST_DUE"], rows)
     return 0
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from tickler.commands.arguments import check_queue_name, key
 from tickler.commands.output import print_fields, print_json, print_table
-from tickler.scheduler.store import Store
-from tickler.scheduler.store.schedules import schedule_to_json
+
+if TYPE_CHECKING:  # the store (and SQLAlchemy) is imported when a subcommand runs, not to parse
+    from tickler.scheduler.store import Store
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,6 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(store: Store, args: argparse.Namespace) -> int:
+    from tickler.scheduler.store.schedules import schedule_to_json
+
     check_queue_name(args.queue)
     store.queues.get(args.queue)  # NotFound for a queue that does not exist
     if args.action == "show":

@@ -6,11 +6,15 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from tickler.commands.output import print_json, print_table
 from tickler.config import Settings
 from tickler.scheduler.rules import check_queue_name
-from tickler.scheduler.store import Store
+
+if TYPE_CHECKING:  # the store (and SQLAlchemy) is imported when a subcommand runs, not to parse
+    from tickler.scheduler.store import Store
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,8 +72,12 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _list(settings: Settings, args: argparse.Namespace) -> int:
-    with _store(settings) as store:
-        tokens = store.tokens.list()
+    """Over one plain connection (scheduler/plain.py): no store, no SQLAlchemy, quick to start."""
+    from tickler.commands.database import open_reader
+    from tickler.scheduler.plain import fetch
+
+    with open_reader(settings) as conn:
+        tokens = [SimpleNamespace(**row) for row in fetch(conn, "list_tokens", {})]
     if args.json:
         print_json(
             [

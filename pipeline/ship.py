@@ -43,7 +43,7 @@ def _skip(path: Path) -> bool:
 
 
 def _files(root: Path) -> list[Path]:
-    """The files under `root`, through links (in the repository, tickler's subpackages are links)."""
+    """The files under `root` (a package's folder: scheduler/ in a checkout, tickler/scheduler/ installed)."""
     found = [Path(folder, name) for folder, _, names in os.walk(root, followlinks=True) for name in names]
     return sorted(path for path in found if not _skip(path))
 

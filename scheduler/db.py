@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +10,20 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+# Reaching the database without SQLAlchemy lives in connect.py; its names are the store's too.
+from tickler.scheduler.connect import (
+    EMBEDDED_DATABASE,
+    NoDatabase,
+    embedded_data_exists,
+    existing_libpq_url,
+    libpq_url,
+    start_embedded,
+)
+
+__all__ = ["EMBEDDED_DATABASE", "NoDatabase", "embedded_data_exists", "libpq_url", "start_embedded"]
+
 # The database is away (restarting, unreachable): loops back off and try again.
 DATABASE_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError)
-
-EMBEDDED_DATABASE = "tickler"
-
-_embedded_servers: dict[Path, Any] = {}
-_embedded_lock = threading.Lock()
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -32,45 +36,6 @@ def sqlalchemy_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def libpq_url(url: str) -> str:
-    """The same URL as libpq (and so plain psycopg) spells it."""
-    parsed = make_url(sqlalchemy_url(url)).set(drivername="postgresql")
-    return parsed.render_as_string(hide_password=False)
-
-
-def start_embedded(data_dir: Path) -> str:
-    """Start (or join) the embedded PostgreSQL under `data_dir`; return the URL of tickler's database.
-
-    pgserver counts the processes holding a server: `tickler serve` and a `tickler token create`
-    run beside it share one server, and the last one to exit stops it. Data stays on disk.
-    """
-    data_dir = data_dir.expanduser().resolve()
-    with _embedded_lock:
-        server = _embedded_servers.get(data_dir)
-        if server is None:
-            data_dir.mkdir(parents=True, exist_ok=True)
-            with warnings.catch_warnings():
-                # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver then uses /tmp, which is fine.
-                warnings.simplefilter("ignore")
-                from pgserver import get_server
-
-                server = get_server(data_dir / "pgdata", cleanup_mode="stop")
-            _embedded_servers[data_dir] = server
-    admin_url = server.get_uri()
-    _ensure_database(admin_url, EMBEDDED_DATABASE)
-    return str(server.get_uri(EMBEDDED_DATABASE))
-
-
-def _ensure_database(admin_url: str, name: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
-        if exists:
-            return
-        # another tickler process may create it at the same moment
-        with contextlib.suppress(psycopg.errors.DuplicateDatabase):
-            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
-
-
 def resolve_database_url(database_url: str, data_dir: Path) -> str:
     """The database to use: `database_url` when given, else the embedded one (started if needed)."""
     if database_url:
@@ -78,31 +43,10 @@ def resolve_database_url(database_url: str, data_dir: Path) -> str:
     return sqlalchemy_url(start_embedded(data_dir))
 
 
-class NoDatabase(Exception):
-    """A command would reach a database that does not exist yet (see existing_database_url)."""
-
-
-def embedded_data_exists(data_dir: Path) -> bool:
-    """Whether an embedded PostgreSQL was ever initialised under `data_dir`."""
-    return (data_dir.expanduser() / "pgdata" / "PG_VERSION").is_file()
-
-
 def existing_database_url(database_url: str, data_dir: Path) -> str:
-    """resolve_database_url, but never creating an embedded database that is not there yet.
-
-    Every command but `serve` and `migrate` uses this: a mistyped TICKLER_DATA_DIR, or a command
-    run from another directory, must say where it looked instead of quietly starting an empty
-    database there.
-    """
-    if not database_url:
-        where = data_dir.expanduser().resolve()
-        if not embedded_data_exists(where):
-            raise NoDatabase(
-                f"no tickler database in {where} (looked for the embedded PostgreSQL's data in "
-                f"{where / 'pgdata'}). Run this where `tickler serve` keeps its data, set "
-                "TICKLER_DATA_DIR or TICKLER_DATABASE_URL, or create it with `tickler migrate`."
-            )
-    return resolve_database_url(database_url, data_dir)
+    """resolve_database_url, but never creating an embedded database that is not there yet
+    (connect.existing_libpq_url says why), in SQLAlchemy's spelling."""
+    return sqlalchemy_url(existing_libpq_url(database_url, data_dir))
 
 
 # A pooled connection idle for longer than this is checked with a ping before it is handed out.

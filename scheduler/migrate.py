@@ -11,13 +11,20 @@ import hashlib
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import psycopg
-import structlog
 
-from tickler.scheduler.db import libpq_url
+# psycopg alone: `tickler queues list` checks the migrations before it reads, and importing
+# SQLAlchemy or structlog would be most of its start-up (the logger is taken when one is written).
+from tickler.scheduler.connect import libpq_url
 
-log = structlog.get_logger(__name__)
+
+def _log() -> Any:
+    import structlog
+
+    return structlog.get_logger(__name__)
+
 
 # pg_advisory_lock key for migration runs: the first 8 bytes of sha256("tickler.migrate").
 MIGRATION_LOCK_KEY = int.from_bytes(hashlib.sha256(b"tickler.migrate").digest()[:8], "big", signed=True)
@@ -93,7 +100,12 @@ def pending_migrations(url: str, *, allow_newer: bool = False) -> list[Migration
     first, while the previous release still serves (docs/deploy.md): migrations only add what the
     running code can ignore, so that code stays ready, and a rollback of the code alone works."""
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        return _check_history(_applied(conn), available_migrations(), allow_newer=allow_newer)
+        return pending_on(conn, allow_newer=allow_newer)
+
+
+def pending_on(conn: psycopg.Connection, *, allow_newer: bool = False) -> list[Migration]:
+    """pending_migrations over an open connection."""
+    return _check_history(_applied(conn), available_migrations(), allow_newer=allow_newer)
 
 
 # A migration that takes locks while tickler runs may deadlock with a running statement; when
@@ -114,7 +126,7 @@ def _apply(conn: psycopg.Connection, migration: Migration) -> None:
         except psycopg.errors.DeadlockDetected:
             if attempt == DEADLOCK_ATTEMPTS:
                 raise
-            log.warning("migration_deadlocked", version=migration.version, attempt=attempt)
+            _log().warning("migration_deadlocked", version=migration.version, attempt=attempt)
 
 
 def migrate(url: str, *, through: int | None = None) -> list[Migration]:
@@ -128,12 +140,12 @@ def migrate(url: str, *, through: int | None = None) -> list[Migration]:
             conn.execute(_LEDGER_DDL)
             for migration in _check_history(_applied(conn), migrations):
                 _apply(conn, migration)
-                log.debug("migration_applied", version=migration.version, name=migration.name)
+                _log().debug("migration_applied", version=migration.version, name=migration.name)
                 applied_now.append(migration)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
     if applied_now:
         # One line for a whole run (a first start applies them all), not one per file.
         last = applied_now[-1]
-        log.info("migrations_applied", count=len(applied_now), first=applied_now[0].version, last=last.version)
+        _log().info("migrations_applied", count=len(applied_now), first=applied_now[0].version, last=last.version)
     return applied_now

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import RowMapping
+if TYPE_CHECKING:  # only named in annotations: the command line imports models without SQLAlchemy
+    from sqlalchemy.engine import RowMapping
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 _NAME = re.compile(r"^-- name: ([a-z_]+)\s*$")
 
@@ -30,8 +32,9 @@ def parse_queries(source: str) -> dict[str, str]:
 
 
 @cache
-def queries() -> dict[str, sa.TextClause]:
-    found: dict[str, sa.TextClause] = {}
+def sources() -> dict[str, str]:
+    """Every named query of the package's SQL files, as written (`:name` parameters)."""
+    found: dict[str, str] = {}
     files = sorted(
         (entry for entry in resources.files("tickler.scheduler").iterdir() if entry.name.endswith(".sql")),
         key=lambda entry: entry.name,
@@ -40,8 +43,16 @@ def queries() -> dict[str, sa.TextClause]:
         for name, sql in parse_queries(entry.read_text(encoding="utf-8")).items():
             if name in found:
                 raise ValueError(f"query {name!r} is defined twice ({entry.name})")
-            found[name] = sa.text(sql)
+            found[name] = sql
     return found
+
+
+@cache
+def queries() -> dict[str, sa.TextClause]:
+    # SQLAlchemy is imported here, not with the module: plain.py reads the same sources without it.
+    import sqlalchemy as sa
+
+    return {name: sa.text(sql) for name, sql in sources().items()}
 
 
 def q(name: str) -> sa.TextClause:

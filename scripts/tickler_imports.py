@@ -10,7 +10,7 @@ holds one import package, `tickler`, so that a program embedding the worker may 
 It is idempotent (a second run changes nothing) and touches only imports and module strings:
 `from scheduler.x import y`, `import commands as c`, `"-m", "cli"` and `python -m cli`,
 `wsgi:app`, `resources.files("scheduler")`, and backquoted module paths in README/docs.
-It skips .venv, clients/ (the client package stands alone), tickler/ (links to the same files),
+It skips .venv, clients/ (the client package stands alone),
 CHANGELOG.md (history), itself and its test.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ("scheduler", "api", "config", "migrations", "pipeline", "commands", "cli", "wsgi")
 _N = "|".join(NAMES)
-SKIP_DIRS = {".venv", "clients", "tickler", "build", "node_modules", ".git", ".tickler", ".tickler-test"}
+SKIP_DIRS = {".venv", "clients", "build", "node_modules", ".git", ".tickler", ".tickler-test"}
 # The script and its test hold old names as examples.
 SKIP_FILES = {"CHANGELOG.md", "scripts/tickler_imports.py", "tests/test_packaging.py"}
 

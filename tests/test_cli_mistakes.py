@@ -85,6 +85,65 @@ def test_a_database_that_cannot_be_reached_is_one_line_naming_it_without_the_pas
         assert "127.0.0.1" in line and "/tickler as ana" in line
 
 
+@pytest.fixture(scope="module")
+def password_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private embedded PostgreSQL that asks every role but `postgres` for a password (SCRAM),
+    with a role `ana` whose password is `right`; the socket URL of its `postgres` database.
+    (The tests' own servers trust every connection, so a wrong password is never refused there.)"""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        data = tmp_path_factory.mktemp("password-server") / "pgdata"
+        server = pgserver.get_server(data, cleanup_mode="delete")
+    try:
+        hba = data / "pg_hba.conf"
+        # First match wins: postgres keeps its trust (to set up), everyone else needs a password.
+        lines = "local all postgres trust\nlocal all all scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n"
+        hba.write_text(lines + hba.read_text())
+        with psycopg.connect(str(server.get_uri()), autocommit=True) as conn:
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute("CREATE ROLE ana LOGIN PASSWORD 'right'")
+            conn.execute("SELECT pg_reload_conf()")
+        # The server asks, and the right password is let in: the refusals below are about the password.
+        right = make_url(str(server.get_uri())).set(username="ana", password="right")
+        psycopg.connect(right.render_as_string(hide_password=False)).close()
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("command", "user", "password", "said"),
+    [
+        (("queues", "list"), "ana", "s3cret", 'password authentication failed for user "ana"'),
+        (("migrate",), "ana", "s3cret", 'password authentication failed for user "ana"'),
+        (("token", "create", "svc"), "ana", "s3cret", 'password authentication failed for user "ana"'),
+        (("serve", "--port", "0"), "ana", "s3cret", 'password authentication failed for user "ana"'),
+        # Under password authentication the server does not tell a missing role from a wrong password.
+        (("events", "list", "emails"), "nobody", "s3cret", 'password authentication failed for user "nobody"'),
+        (("queues", "list"), "ana", None, "no password supplied"),
+    ],
+)
+def test_a_wrong_password_or_missing_role_is_one_line(
+    password_server: str,
+    tmp_path: Path,
+    command: tuple[str, ...],
+    user: str,
+    password: str | None,
+    said: str,
+) -> None:
+    url = make_url(password_server).set(username=user, password=password)
+    result = _run(tmp_path, *command, TICKLER_DATABASE_URL=url.render_as_string(hide_password=False))
+    line = _one_line_error(result)
+    assert said in line and "check the user and password in TICKLER_DATABASE_URL" in line, line
+    assert f"/postgres as {user}" in line, line
+    assert "s3cret" not in result.stderr + result.stdout
+
+
 def test_a_url_that_is_not_postgresql_is_one_line(tmp_path: Path) -> None:
     line = _one_line_error(_run(tmp_path, "migrate", TICKLER_DATABASE_URL="mysql://root:s3cret@localhost/app"))
     assert "must be a PostgreSQL URL" in line and "mysql://" in line and "s3cret" not in line

@@ -12,6 +12,7 @@ import sqlalchemy.exc
 
 from tickler.scheduler.errors import KeyConflict, NotFound, QueueInUse
 from tickler.scheduler.models import Event, Queue
+from tickler.scheduler.plain import gauge_values
 from tickler.scheduler.sql import q
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.search import Matching
@@ -172,15 +173,4 @@ class QueueOperations(EngineStore):
 
 
 def _gauges(row: Any) -> QueueGauges:
-    oldest = row["oldest_due"]
-    age = max(0.0, (row["db_now"] - oldest).total_seconds()) if oldest is not None else 0.0
-    return QueueGauges(
-        name=row["name"],
-        paused=row["paused"],
-        pending=int(row["open"]) - int(row["in_flight"]),
-        due=int(row["due"]),
-        in_flight=int(row["in_flight"]),
-        dead=int(row["dead"]),
-        oldest_due_age_seconds=age,
-        at=row["db_now"],
-    )
+    return QueueGauges(name=row["name"], paused=row["paused"], **gauge_values(row), at=row["db_now"])

@@ -1,0 +1,93 @@
+"""Reaching the database with psycopg alone: the URL as libpq spells it, and the embedded server.
+
+No SQLAlchemy here (importing it is most of a short command's start-up): the command line's
+read-only listings connect through this module, and scheduler/db.py builds the store's engine on
+top of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import psycopg.sql
+
+EMBEDDED_DATABASE = "tickler"
+# The spellings of a PostgreSQL URL's scheme (config.POSTGRESQL_SCHEMES checks settings first).
+_SCHEMES = ("postgres", "postgresql", "postgresql+psycopg")
+
+_embedded_servers: dict[Path, Any] = {}
+_embedded_lock = threading.Lock()
+
+
+class NoDatabase(Exception):
+    """A command would reach a database that does not exist yet (see existing_database_url)."""
+
+
+def libpq_url(url: str) -> str:
+    """The same URL as libpq (and so plain psycopg) spells it: `postgresql://`, the rest as given."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme.lower() not in _SCHEMES:
+        raise ValueError(f"not a PostgreSQL URL: {scheme}://...")
+    return f"postgresql://{rest}"
+
+
+def start_embedded(data_dir: Path) -> str:
+    """Start (or join) the embedded PostgreSQL under `data_dir`; return the URL of tickler's database.
+
+    pgserver counts the processes holding a server: `tickler serve` and a `tickler token create`
+    run beside it share one server, and the last one to exit stops it. Data stays on disk.
+    """
+    data_dir = data_dir.expanduser().resolve()
+    with _embedded_lock:
+        server = _embedded_servers.get(data_dir)
+        if server is None:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            with warnings.catch_warnings():
+                # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver then uses /tmp, which is fine.
+                warnings.simplefilter("ignore")
+                from pgserver import get_server
+
+                server = get_server(data_dir / "pgdata", cleanup_mode="stop")
+            _embedded_servers[data_dir] = server
+    admin_url = server.get_uri()
+    _ensure_database(admin_url, EMBEDDED_DATABASE)
+    return str(server.get_uri(EMBEDDED_DATABASE))
+
+
+def _ensure_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if exists:
+            return
+        # another tickler process may create it at the same moment
+        with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+
+
+def embedded_data_exists(data_dir: Path) -> bool:
+    """Whether an embedded PostgreSQL was ever initialised under `data_dir`."""
+    return (data_dir.expanduser() / "pgdata" / "PG_VERSION").is_file()
+
+
+def existing_libpq_url(database_url: str, data_dir: Path) -> str:
+    """The database's URL (libpq's spelling), never creating an embedded database that is not there.
+
+    Every command but `serve` and `migrate` uses this: a mistyped TICKLER_DATA_DIR, or a command
+    run from another directory, must say where it looked instead of quietly starting an empty
+    database there.
+    """
+    if database_url:
+        return libpq_url(database_url)
+    where = data_dir.expanduser().resolve()
+    if not embedded_data_exists(where):
+        raise NoDatabase(
+            f"no tickler database in {where} (looked for the embedded PostgreSQL's data in "
+            f"{where / 'pgdata'}). Run this where `tickler serve` keeps its data, set "
+            "TICKLER_DATA_DIR or TICKLER_DATABASE_URL, or create it with `tickler migrate`."
+        )
+    return libpq_url(start_embedded(data_dir))
