@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     if settings.migrate_on_start:
         migrate(database_url)
     store = Store(create_engine(database_url, pool_size=settings.pool_size))
+    store.events.groups.window = settings.group_commit_ms / 1000
 
     app = Flask("tickler")
     app.json = StrictJSONProvider(app)

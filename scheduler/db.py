@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from psycopg.rows import dict_row
 from sqlalchemy.engine import make_url
 
 # The database is away (restarting, unreachable): loops back off and try again.
@@ -172,3 +173,32 @@ def unavailable_reason(error: BaseException) -> str | None:
     ):
         return "unreachable"
     return None
+
+
+def driver_rows(engine: sa.Engine, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one statement in its own transaction (autocommit: one round trip) on a pooled
+    connection's psycopg connection, prepared, its rows as dicts: for a hot path that needs none
+    of SQLAlchemy's statement and result processing. A driver error comes out as SQLAlchemy's
+    (IntegrityError, OperationalError, ...), as from any other statement, and a connection that
+    broke is dropped from the pool."""
+    fairy = engine.raw_connection()
+    try:
+        conn: psycopg.Connection[Any] = fairy.driver_connection  # type: ignore[assignment]
+        try:
+            conn.autocommit = True
+            try:
+                with conn.cursor(row_factory=dict_row) as cursor:
+                    cursor.execute(statement, params, prepare=True)
+                    return cursor.fetchall()
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False
+        except psycopg.Error as error:
+            broken = conn.closed or isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+            if broken:
+                fairy.invalidate(error)
+            raise sa.exc.DBAPIError.instance(
+                statement, params, error, psycopg.Error, connection_invalidated=broken
+            ) from error
+    finally:
+        fairy.close()

@@ -39,7 +39,7 @@ class Event:
     tracestate: str | None = None
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> Event:
+    def from_row(cls, row: RowMapping | Mapping[str, Any]) -> Event:
         return cls(
             id=row["id"],
             queue=row["queue"],

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
+from tickler.scheduler.db import driver_rows, unavailable_reason
 from tickler.scheduler.errors import Archived, InFlight, KeyConflict, NotFound, StaleVersion
 from tickler.scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEntry
 from tickler.scheduler.rules import format_timestamp
-from tickler.scheduler.sql import q
+from tickler.scheduler.sql import driver_sql, q
 from tickler.scheduler.states import Action, OnConflict, Scheduled, Status
 from tickler.scheduler.store import search
 from tickler.scheduler.store.archive import archived_history
+from tickler.scheduler.store.group_commit import GroupCommit
 from tickler.scheduler.store.operations import EventOperations
 from tickler.scheduler.store.search import Matching
 from tickler.scheduler.tracing import TraceContext
@@ -78,6 +80,13 @@ def _traces_json(traces: Sequence[TraceContext | None]) -> str:
 
 
 class EventStore(EventOperations):
+    def __init__(self, engine: sa.Engine) -> None:
+        super().__init__(engine)
+        # Off (0) unless the API turns it on (TICKLER_GROUP_COMMIT_MS): an in-process caller is alone.
+        self.groups: GroupCommit[tuple[NewEvent, TraceContext | None], dict[str, Any]] = GroupCommit(
+            self._write_group, shared=lambda error: unavailable_reason(error) is not None
+        )
+
     # -- scheduling -----------------------------------------------------------------------------
     # Every write of new events goes through one SQL function, tickler_schedule() (migration
     # 0008): the insert, the replace or debounce, their timeline and the wake-up handshake.
@@ -98,13 +107,11 @@ class EventStore(EventOperations):
         Raises KeyConflict (reject: an open event has the key) or InFlight (replace, debounce:
         the open event is held under a live lease); both carry the existing event.
         """
-        params = self._params(queue, [event], actor, on_conflict, now, debounce_max_seconds)
-        # One autocommit statement, one round trip. A lease that ran out makes its event
-        # changeable: tickler_schedule() ends it (migration 0014).
-        if trace is not None:  # kept with the event by the same statement
-            params["traces"] = _traces_json([trace])
-        with self.autocommit.connect() as conn:
-            row = conn.execute(q("schedule_one" if trace is None else "schedule_one_traced"), params).mappings().one()
+        # One autocommit statement, one round trip, on the driver directly; shared with the
+        # concurrent requests of this process when group commit is on (scheduler/store/group_commit.py).
+        # A lease that ran out makes its event changeable: tickler_schedule() ends it (migration 0014).
+        key = (queue.name, actor, on_conflict, now, debounce_max_seconds)
+        row = self.groups.submit(key, event.item_key, (event, trace))
         found = Event.from_row(row)
         outcome = row["scheduled"]
         if outcome in _WRITTEN:
@@ -144,6 +151,23 @@ class EventStore(EventOperations):
             ScheduleResult(row["item_key"], row["outcome"] if row["outcome"] in _WRITTEN else refused, row["id"])
             for row in rows
         ]
+
+    def _write_group(
+        self, key: Hashable, items: Sequence[tuple[NewEvent, TraceContext | None]]
+    ) -> list[dict[str, Any]]:
+        """Schedule the single events of one group key in one statement: per item, the row
+        schedule_one answers (outcome, and the event written or the one that holds the key)."""
+        assert isinstance(key, tuple)
+        params: dict[str, Any] = dict(
+            zip(("queue", "actor", "on_conflict", "now", "debounce_max_seconds"), key, strict=True)
+        )
+        params["events"] = _events_json([event for event, _ in items])
+        name = "schedule_group"
+        if any(trace is not None for _, trace in items):
+            name, params["traces"] = "schedule_group_traced", _traces_json([trace for _, trace in items])
+        rows = driver_rows(self.engine, driver_sql(name), params)
+        rows.sort(key=lambda row: row["ord"])
+        return rows
 
     @staticmethod
     def _params(
