@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from bench.cpu import CpuMeter
 from bench.harness import QUEUE, admin_token, create_database, drop_database, make_queue, percentile, resolve_server
 from bench.http import Client, api_server
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--clients", type=int, nargs="+", default=[4])
     parser.add_argument("--total", type=int, default=3000)
+    parser.add_argument("--group-commit-ms", help="TICKLER_GROUP_COMMIT_MS of the server (default: its own)")
     parser.add_argument("--py-spy", help="write a py-spy raw profile of the server here (first client count)")
     args = parser.parse_args()
     admin = resolve_server(None)
@@ -69,7 +72,8 @@ def main() -> None:
         token = admin_token(url)
         workers = 1 if args.server == "waitress" else args.workers
         threads = args.threads * (args.workers if args.server == "waitress" else 1)
-        with api_server(url, args.server, workers=workers, threads=threads) as (port, pid):
+        env = {"TICKLER_GROUP_COMMIT_MS": args.group_commit_ms} if args.group_commit_ms is not None else {}
+        with api_server(url, args.server, workers=workers, threads=threads, env=env) as (port, pid):
             run_clients(port, token, 400, max(args.clients), "warm")
             for n, clients in enumerate(args.clients):
                 spy = None
@@ -104,6 +108,10 @@ def main() -> None:
                     f"  load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
+            with psycopg.connect(url) as conn:
+                row = conn.execute("SELECT count(*), count(DISTINCT enqueued_on) FROM tickler_event").fetchone()
+            assert row is not None
+            print(f"events per statement (group commit): {row[0] / max(1, row[1]):.2f}")
     finally:
         drop_database(admin, url)
 

@@ -15,6 +15,7 @@ from flask import Flask
 
 from tests.conftest import auth
 from tests.helpers_http import serving_app
+from tests.helpers_wait import wait_until
 from tickler.api import close_app, create_app
 from tickler.config import Settings
 from tickler.scheduler.store.group_commit import GroupCommit
@@ -143,3 +144,36 @@ def test_a_group_whose_write_fails_writes_each_item_alone() -> None:
     assert isinstance(results["bad"], ValueError)
     assert sorted(calls[0]) == ["a", "bad", "c"]  # one group first
     assert sorted(map(tuple, calls[1:])) == [("a",), ("bad",), ("c",)]
+
+
+def test_requests_that_arrive_while_a_write_is_under_way_share_the_next_one() -> None:
+    """No request waits for a lone one's write, but those arriving during it are written together."""
+    calls: list[list[str]] = []
+    release = threading.Event()
+
+    def write(key: Any, items: Sequence[str]) -> list[str]:
+        calls.append(list(items))
+        if items == ["first"]:
+            release.wait(timeout=30)
+        return list(items)
+
+    groups: GroupCommit[str, str] = GroupCommit(write, window=3600)
+    results: dict[str, str] = {}
+
+    def request(item: str) -> None:
+        with groups.handling():
+            results[item] = groups.submit("q", item, item)
+
+    first = threading.Thread(target=request, args=("first",))
+    first.start()
+    wait_until(lambda: calls == [["first"]], what="the lone request writes at once")
+    later = [threading.Thread(target=request, args=(item,)) for item in ("b", "c")]
+    for thread in later:
+        thread.start()
+    wait_until(lambda: "q" in groups._open and len(groups._open["q"].items) == 2, what="b and c join one group")
+    assert calls == [["first"]]  # the group waits for the write under way (the window is an hour)
+    release.set()
+    for thread in (first, *later):
+        thread.join(timeout=30)
+    assert results == {"first": "first", "b": "b", "c": "c"}
+    assert [sorted(call) for call in calls] == [["first"], ["b", "c"]]

@@ -1,13 +1,16 @@
 """Group commit: concurrent single-event writes of one process share one statement and one commit.
 
-A request that is alone (no other request of the kind is being handled in this process) writes at
-once: a lone client pays no wait. Otherwise the first request with a given key (queue, caller,
-on_conflict, ...) opens a group and waits at most `window` seconds for the requests already being
-handled to join it (it stops waiting as soon as none is left to come); then one call writes the
-whole group and each request takes its own result. When the group's write fails, nothing of it
-was written (one statement, one transaction), and each of its items is written again alone, so an
-item the database refuses fails only its own request. An error that says the database is away
-fails the group's requests alike: retrying them one by one would only wait for it again.
+A request that is alone (no write of its key under way in this process, no other request on its
+way to one) writes at once: a lone client pays no wait. Otherwise it joins the open group of its
+key (queue, caller, on_conflict, ...), whose first request waits — at most `window` seconds — for
+the write under way to finish and for the requests being handled to submit, then writes the whole
+group in one call; each request takes its own result. Requests that arrive while a write is under
+way are what fills a group: the database's time per call, not an artificial delay, gathers them.
+
+When the group's write fails, nothing of it was written (one statement, one transaction), and
+each of its items is written again alone, so an item the database refuses fails only its own
+request. An error that says the database is away fails the group's requests alike: retrying them
+one by one would only wait for it again.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class GroupCommit(Generic[Item, Result]):
         self._open: dict[Hashable, _Group[Item, Result]] = {}
         self._handling = 0  # requests inside handling()
         self._submitted = 0  # of those, how many have submitted their item
+        self._writing: dict[Hashable, int] = {}  # writes under way, by key
 
     @contextlib.contextmanager
     def handling(self) -> Iterator[None]:
@@ -80,9 +84,9 @@ class GroupCommit(Generic[Item, Result]):
             if state is not None and not state.submitted:
                 state.submitted = True
                 self._submitted += 1
-            others = self._handling - 1 if state is not None else 0
             group = self._open.get(key)
-            if self.window <= 0 or (others <= 0 and group is None):
+            on_the_way = self._handling - self._submitted
+            if self.window <= 0 or (group is None and not self._writing.get(key) and on_the_way <= 0):
                 group = None
                 leader = alone = True
             elif group is not None and not group.closed and item_key not in group.keys:
@@ -96,7 +100,11 @@ class GroupCommit(Generic[Item, Result]):
             else:  # the same key twice at once: this one goes alone, after nothing
                 group, leader, alone = None, True, True
         if alone:
-            return self.write(key, [item])[0]
+            self._started(key)
+            try:
+                return self.write(key, [item])[0]
+            finally:
+                self._finished(key)
         assert group is not None
         if not leader:
             group.done.wait()
@@ -107,7 +115,10 @@ class GroupCommit(Generic[Item, Result]):
             assert result is not None
             return result
         self._gather(key, group)
-        self._run(key, group)
+        try:
+            self._run(key, group)
+        finally:
+            self._finished(key)
         if group.errors[0] is not None:
             raise group.errors[0]
         first = group.results[0]
@@ -117,8 +128,9 @@ class GroupCommit(Generic[Item, Result]):
     def _gather(self, key: Hashable, group: _Group[Item, Result]) -> None:
         deadline = time.monotonic() + self.window
         with self._lock:
-            # Wait while requests being handled have not submitted yet (they may join), up to the window.
-            while self._handling > self._submitted:
+            # Wait while a write of the key is under way or requests being handled have not
+            # submitted yet (they may join), up to the window.
+            while self._writing.get(key) or self._handling > self._submitted:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -126,6 +138,20 @@ class GroupCommit(Generic[Item, Result]):
             group.closed = True
             if self._open.get(key) is group:
                 del self._open[key]
+            self._writing[key] = self._writing.get(key, 0) + 1
+
+    def _started(self, key: Hashable) -> None:
+        with self._lock:
+            self._writing[key] = self._writing.get(key, 0) + 1
+
+    def _finished(self, key: Hashable) -> None:
+        with self._lock:
+            left = self._writing[key] - 1
+            if left:
+                self._writing[key] = left
+            else:
+                del self._writing[key]
+            self._lock.notify_all()  # a group waiting for this write goes now
 
     def _run(self, key: Hashable, group: _Group[Item, Result]) -> None:
         items = group.items
