@@ -10,7 +10,13 @@ from marshmallow import Schema
 from werkzeug.routing import BaseConverter
 
 from tickler.api import auth, context
-from tickler.api.batch_fast import data_is_certainly_storable, take_item_traces, valid_batch, valid_event
+from tickler.api.batch_fast import (
+    data_is_certainly_storable,
+    items_certainly_storable,
+    take_item_traces,
+    valid_batch,
+    valid_event,
+)
 from tickler.api.metrics import EVENTS_SCHEDULED
 from tickler.api.render import etag, event_json, timeline_json
 from tickler.api.schemas.events import (
@@ -137,9 +143,12 @@ def schedule_batch(queue: str) -> Response:
         fields = BatchSchema(max_events=settings.max_batch_events).load(body)
         events, on_conflict = [NewEvent.of(item) for item in fields["events"]], fields["on_conflict"]
         debounce_max = fields.get("debounce_max_seconds")
-    if not data_is_certainly_storable(request.get_data(cache=True), settings.max_event_data_bytes):
+    raw = request.get_data(cache=True)
+    if not data_is_certainly_storable(raw, settings.max_event_data_bytes):
+        fits = items_certainly_storable(raw, events, settings.max_event_data_bytes)
         for index, event in enumerate(events):
-            _check_data(event.data, f"events[{index}].data")
+            if not fits[index]:
+                _check_data(event.data, f"events[{index}].data")
     incoming = TraceContext.from_headers(request.headers)
     with tracing.span(
         "create", queue, parent=incoming, links=item_traces, messaging__batch__message_count=len(events)

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from sqlalchemy.engine import make_url
 
 # The database is away (restarting, unreachable): loops back off and try again.
@@ -175,10 +175,10 @@ def unavailable_reason(error: BaseException) -> str | None:
     return None
 
 
-def driver_rows(engine: sa.Engine, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+def driver_rows(engine: sa.Engine, statement: str, params: dict[str, Any], *, tuples: bool = False) -> list[Any]:
     """Run one statement in its own transaction (autocommit: one round trip) on a pooled
     connection's psycopg connection, prepared, its rows as dicts: for a hot path that needs none
-    of SQLAlchemy's statement and result processing. A driver error comes out as SQLAlchemy's
+    of SQLAlchemy's statement and result processing (`tuples`: rows as tuples). A driver error comes out as SQLAlchemy's
     (IntegrityError, OperationalError, ...), as from any other statement, and a connection that
     broke is dropped from the pool."""
     fairy = engine.raw_connection()
@@ -187,7 +187,7 @@ def driver_rows(engine: sa.Engine, statement: str, params: dict[str, Any]) -> li
         try:
             conn.autocommit = True
             try:
-                with conn.cursor(row_factory=dict_row) as cursor:
+                with conn.cursor(row_factory=tuple_row if tuples else dict_row) as cursor:
                     cursor.execute(statement, params, prepare=True)
                     return cursor.fetchall()
             finally:

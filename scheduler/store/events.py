@@ -23,6 +23,11 @@ from tickler.scheduler.store.operations import EventOperations
 from tickler.scheduler.store.search import Matching
 from tickler.scheduler.tracing import TraceContext
 
+try:
+    import orjson as _orjson
+except ImportError:  # an optional speed-up (api/jsonio.py)
+    _orjson = None  # type: ignore[assignment]
+
 # tickler_schedule()'s outcomes for an item it wrote, and for one held under a lease.
 _WRITTEN = frozenset({Scheduled.CREATED, Scheduled.REPLACED, Scheduled.DEBOUNCED})
 _IN_FLIGHT = "in_flight"
@@ -52,7 +57,7 @@ SearchFilter = search.SearchFilter
 
 
 def _events_json(events: Sequence[NewEvent]) -> str:
-    return json.dumps(
+    return _dumps(
         [
             {
                 "ord": ord_,
@@ -66,9 +71,19 @@ def _events_json(events: Sequence[NewEvent]) -> str:
                 "fairness_key": e.fairness_key,
             }
             for ord_, e in enumerate(events)
-        ],
-        separators=(",", ":"),
+        ]
     )
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON for jsonb parameters: orjson when installed (several times faster on a batch
+    of 10,000), else json; a value orjson will not take (an integer beyond 64 bits) goes to json."""
+    if _orjson is not None:
+        try:
+            return str(_orjson.dumps(value).decode())
+        except TypeError:
+            pass
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _traces_json(traces: Sequence[TraceContext | None]) -> str:
@@ -144,12 +159,13 @@ class EventStore(EventOperations):
         query = "schedule_many"
         if traces is not None and any(t is not None for t in traces):
             query, params["traces"] = "schedule_many_traced", _traces_json(traces)
-        with self.engine.begin() as conn:
-            rows = conn.execute(q(query), params).mappings().all()
+        # One statement (its own transaction), on the driver: no per-row SQLAlchemy processing.
+        rows = driver_rows(self.engine, driver_sql(query), params, tuples=True)
         refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
+        written = _WRITTEN
         return [
-            ScheduleResult(row["item_key"], row["outcome"] if row["outcome"] in _WRITTEN else refused, row["id"])
-            for row in rows
+            ScheduleResult(item_key, outcome if outcome in written else refused, id_)
+            for _, item_key, outcome, id_ in rows
         ]
 
     def _write_group(
