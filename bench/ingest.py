@@ -46,15 +46,24 @@ def _single(port: int, pid: int, url: str, token: str, total: int, clients: int,
 
 
 def _single_row(
-    label: str, kind: str, env: dict[str, str], clients: int, url: str, token: str, ctx: Context, base: list[float]
+    label: str,
+    kind: str,
+    env: dict[str, str],
+    clients: int,
+    url: str,
+    token: str,
+    ctx: Context,
+    base: list[float],
+    n: int,
 ) -> Row:
+    """Configuration number `n` of the run: its keys are its own (all share one database)."""
     total = ctx.size(60, 3_000 if clients < 16 else 4_800)
     workers, threads = (1, WORKERS * THREADS) if kind == "waitress" else (WORKERS, THREADS)
     runs, cpus, latencies = [], [], []
     with api_server(url, kind, workers=workers, threads=threads, env=env) as (port, pid):
-        _single(port, pid, url, token, min(total, 400), clients, 900 + clients)  # warm-up: pools, prepared plans
+        _single(port, pid, url, token, min(total, 400), clients, 100 * n)  # warm-up: pools, prepared plans
         for r in range(ctx.repeats):
-            rate, cpu, lat = _single(port, pid, url, token, total, clients, 1000 * clients + 10 * len(base) + r)
+            rate, cpu, lat = _single(port, pid, url, token, total, clients, 100 * n + 1 + r)
             runs.append(rate)
             cpus.append(cpu)
             latencies += lat
@@ -137,8 +146,8 @@ def run(ctx: Context) -> list[Row]:
         ]
         if ctx.quick:
             configs = configs[1:2]
-        for label, kind, env, clients in configs:
-            rows.append(_single_row(label, kind, env, clients, url, token, ctx, base))
+        for n, (label, kind, env, clients) in enumerate(configs, start=1):
+            rows.append(_single_row(label, kind, env, clients, url, token, ctx, base, n))
     rows += _batch_rows(ctx)
     rows.append(_enqueue_row(ctx))
     return rows
