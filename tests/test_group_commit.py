@@ -177,3 +177,12 @@ def test_requests_that_arrive_while_a_write_is_under_way_share_the_next_one() ->
         thread.join(timeout=30)
     assert results == {"first": "first", "b": "b", "c": "c"}
     assert [sorted(call) for call in calls] == [["first"], ["b", "c"]]
+
+
+def test_the_window_is_a_setting_from_0_to_1000_ms() -> None:
+    from tickler.config import SettingsError
+
+    assert Settings.from_env({}).group_commit_ms == 2.0
+    assert Settings.from_env({"TICKLER_GROUP_COMMIT_MS": "0"}).group_commit_ms == 0.0
+    with pytest.raises(SettingsError, match="TICKLER_GROUP_COMMIT_MS"):
+        Settings.from_env({"TICKLER_GROUP_COMMIT_MS": "-1"})
