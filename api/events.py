@@ -10,7 +10,13 @@ from marshmallow import Schema
 from werkzeug.routing import BaseConverter
 
 from tickler.api import auth, context
-from tickler.api.batch_fast import data_is_certainly_storable, take_item_traces, valid_batch
+from tickler.api.batch_fast import (
+    data_is_certainly_storable,
+    items_certainly_storable,
+    take_item_traces,
+    valid_batch,
+    valid_event,
+)
 from tickler.api.metrics import EVENTS_SCHEDULED
 from tickler.api.render import etag, event_json, timeline_json
 from tickler.api.schemas.events import (
@@ -79,18 +85,36 @@ def _event_response(event: Any, status: int = 200, **extra: Any) -> Response:
 
 @bp.post("")
 def schedule(queue: str) -> Response:
+    # Counted from before the body is read: a group commit waits only for requests on their way.
+    with context.store().events.groups.handling():
+        return _schedule(queue)
+
+
+def _schedule(queue: str) -> Response:
     target = auth.visible_queue(queue)
-    fields = _schedule_schema.load(context.json_body())
-    _check_data(fields["data"], "data")
+    body = context.json_body()
+    fast = valid_event(body)
+    if fast is not None:
+        event, on_conflict, debounce_max = fast
+    else:  # not certainly valid: the schema decides, and names every error
+        fields = _schedule_schema.load(body)
+        event, on_conflict, debounce_max = (
+            NewEvent.of(fields),
+            fields["on_conflict"],
+            fields.get("debounce_max_seconds"),
+        )
+    max_data = context.tickler().settings.max_event_data_bytes
+    if not data_is_certainly_storable(request.get_data(cache=True), max_data):
+        _check_data(event.data, "data")
     incoming = TraceContext.from_headers(request.headers)  # malformed: None (ignored, never refused)
-    with tracing.span("create", queue, parent=incoming, tickler__item_key=fields["item_key"]) as span:
+    with tracing.span("create", queue, parent=incoming, tickler__item_key=event.item_key) as span:
         try:
-            event, outcome = context.store().events.schedule(
+            found, outcome = context.store().events.schedule(
                 target,
-                NewEvent.of(fields),
+                event,
                 actor=auth.principal().name,
-                on_conflict=fields["on_conflict"],
-                debounce_max_seconds=fields.get("debounce_max_seconds"),
+                on_conflict=on_conflict,
+                debounce_max_seconds=debounce_max,
                 # traced here: the event keeps this span's context; else the caller's, as sent
                 trace=span.context or incoming,
             )
@@ -99,10 +123,10 @@ def schedule(queue: str) -> Response:
             EVENTS_SCHEDULED.labels(queue, Scheduled.REJECTED).inc()
             span.fail(str(conflict), type(conflict).__name__)
             raise
-        span.set(messaging__message__id=str(event.id), tickler__outcome=outcome)
+        span.set(messaging__message__id=str(found.id), tickler__outcome=outcome)
     EVENTS_SCHEDULED.labels(queue, outcome).inc()
-    response = _event_response(event, 202 if outcome == Scheduled.CREATED else 200, outcome=outcome)
-    response.headers["Location"] = url_for("v1.events.get_event", queue=queue, item_key=event.item_key)
+    response = _event_response(found, 202 if outcome == Scheduled.CREATED else 200, outcome=outcome)
+    response.headers["Location"] = url_for("v1.events.get_event", queue=queue, item_key=found.item_key)
     return response
 
 
@@ -119,9 +143,12 @@ def schedule_batch(queue: str) -> Response:
         fields = BatchSchema(max_events=settings.max_batch_events).load(body)
         events, on_conflict = [NewEvent.of(item) for item in fields["events"]], fields["on_conflict"]
         debounce_max = fields.get("debounce_max_seconds")
-    if not data_is_certainly_storable(request.get_data(cache=True), settings.max_event_data_bytes):
+    raw = request.get_data(cache=True)
+    if not data_is_certainly_storable(raw, settings.max_event_data_bytes):
+        fits = items_certainly_storable(raw, events, settings.max_event_data_bytes)
         for index, event in enumerate(events):
-            _check_data(event.data, f"events[{index}].data")
+            if not fits[index]:
+                _check_data(event.data, f"events[{index}].data")
     incoming = TraceContext.from_headers(request.headers)
     with tracing.span(
         "create", queue, parent=incoming, links=item_traces, messaging__batch__message_count=len(events)

@@ -24,7 +24,7 @@ from tickler.scheduler.strict_json import NotJSON, loads_strict
 __all__ = ["NotJSON", "StrictJSONProvider", "loads_strict"]
 
 
-def _orjson() -> ModuleType | None:
+def optional_orjson() -> ModuleType | None:
     try:
         import orjson
     except ImportError:
@@ -36,7 +36,7 @@ class StrictJSONProvider(DefaultJSONProvider):
     sort_keys = False
     compact = True
     ensure_ascii = False
-    orjson: ModuleType | None = _orjson()
+    orjson: ModuleType | None = optional_orjson()
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
         return loads_strict(s)

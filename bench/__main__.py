@@ -31,6 +31,7 @@ SCENARIOS = [
     "counts",
     "peers",
     "http_servers",
+    "ingest",
     "scaling",
     "soak",
 ]

@@ -71,23 +71,30 @@ def _command(kind: str, port: int, workers: int, threads: int) -> list[str]:
 
 @contextmanager
 def api_server(
-    url: str, kind: str = "gunicorn", *, workers: int = 2, threads: int = 0, json: str = ""
+    url: str,
+    kind: str = "gunicorn",
+    *,
+    workers: int = 2,
+    threads: int = 0,
+    json: str = "",
+    env: dict[str, str] | None = None,
 ) -> Iterator[tuple[int, int]]:
     """tickler's API under a WSGI server on a migrated database; yields (port, server pid).
-    json: "" (orjson when installed), "stdlib" or "orjson" (TICKLER_JSON)."""
+    json: "" (orjson when installed), "stdlib" or "orjson" (TICKLER_JSON); env: more variables."""
     port = free_port()
-    env = {
+    environ = {
         **os.environ,
         "TICKLER_DATABASE_URL": url,
         "TICKLER_MIGRATE_ON_START": "false",
         "TICKLER_LOG_LEVEL": "WARNING",
+        **(env or {}),
     }
     if json:
-        env["TICKLER_JSON"] = json
+        environ["TICKLER_JSON"] = json
     proc = subprocess.Popen(
         _command(kind, port, workers, threads),
         cwd=ROOT,
-        env=env,
+        env=environ,
         stdout=subprocess.DEVNULL,
         stderr=sys.stderr if os.environ.get("BENCH_VERBOSE") else subprocess.DEVNULL,
     )

@@ -106,6 +106,10 @@ class Settings:
     log_format: str = ""
     # Connections per process in the database pool.
     pool_size: int = 10
+    # Group commit of single-event schedules: concurrent requests of one API process that arrive
+    # within this many milliseconds share one statement and one commit (0: off). A request alone
+    # in its process never waits.
+    group_commit_ms: float = 2.0
     # Seconds a token's principal and a queue's settings are remembered in each API process
     # (0: read them on every request). A revoked token or a changed queue takes effect after it.
     cache_seconds: float = 5.0
@@ -142,6 +146,8 @@ class Settings:
             raise SettingsError(f"TICKLER_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {settings.log_level!r}")
         if log_format and log_format not in LOG_FORMATS:
             raise SettingsError(f"TICKLER_LOG_FORMAT must be console or json, not {settings.log_format!r}")
+        if not 0 <= settings.group_commit_ms <= 1000:
+            raise SettingsError(f"TICKLER_GROUP_COMMIT_MS must be from 0 to 1000, not {settings.group_commit_ms!r}")
         scheme = urlsplit(settings.database_url).scheme.lower()
         if settings.database_url and scheme not in POSTGRESQL_SCHEMES:
             # The scheme only: the rest of a URL may hold a password.

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from psycopg.rows import dict_row, tuple_row
 from sqlalchemy.engine import make_url
 
 # Reaching the database without SQLAlchemy lives in connect.py; its names are the store's too.
@@ -116,3 +117,32 @@ def unavailable_reason(error: BaseException) -> str | None:
     ):
         return "unreachable"
     return None
+
+
+def driver_rows(engine: sa.Engine, statement: str, params: dict[str, Any], *, tuples: bool = False) -> list[Any]:
+    """Run one statement in its own transaction (autocommit: one round trip) on a pooled
+    connection's psycopg connection, prepared, its rows as dicts: for a hot path that needs none
+    of SQLAlchemy's statement and result processing (`tuples`: rows as tuples). A driver error comes out as SQLAlchemy's
+    (IntegrityError, OperationalError, ...), as from any other statement, and a connection that
+    broke is dropped from the pool."""
+    fairy = engine.raw_connection()
+    try:
+        conn: psycopg.Connection[Any] = fairy.driver_connection  # type: ignore[assignment]
+        try:
+            conn.autocommit = True
+            try:
+                with conn.cursor(row_factory=tuple_row if tuples else dict_row) as cursor:
+                    cursor.execute(statement, params, prepare=True)
+                    return cursor.fetchall()
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False
+        except psycopg.Error as error:
+            broken = conn.closed or isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+            if broken:
+                fairy.invalidate(error)
+            raise sa.exc.DBAPIError.instance(
+                statement, params, error, psycopg.Error, connection_invalidated=broken
+            ) from error
+    finally:
+        fairy.close()

@@ -40,7 +40,7 @@ class Event:
     tracestate: str | None = None
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> Event:
+    def from_row(cls, row: RowMapping | Mapping[str, Any]) -> Event:
         return cls(
             id=row["id"],
             queue=row["queue"],
@@ -170,7 +170,11 @@ class NewEvent:
     def of(cls, loaded: Mapping[str, Any]) -> NewEvent:
         """The event among fields already checked (a request's other fields, such as
         on_conflict, are not the event's)."""
-        return cls(**{field.name: loaded[field.name] for field in fields(cls) if field.name in loaded})
+        names = _NEW_EVENT_FIELDS
+        return cls(**{name: value for name, value in loaded.items() if name in names})
+
+
+_NEW_EVENT_FIELDS = frozenset(field.name for field in fields(NewEvent))
 
 
 @dataclass(frozen=True)

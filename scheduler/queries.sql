@@ -42,6 +42,24 @@ SELECT r.ord, r.item_key, r.outcome, r.id
 FROM tickler_schedule_traced(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
                              CAST(:debounce_max_seconds AS double precision), false, CAST(:traces AS jsonb)) AS r;
 
+-- name: schedule_group
+-- Schedule the single events of concurrent requests (group commit: one queue, caller and
+-- on_conflict) in one statement through tickler_schedule(): per item, its position, its outcome and
+-- the event written or the open event that holds the key, as schedule_one answers for one.
+SELECT r.ord, r.outcome AS scheduled, (r.event).*,
+       tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
+           AS status
+FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
+                      CAST(:debounce_max_seconds AS double precision), true) AS r;
+
+-- name: schedule_group_traced
+-- schedule_group, keeping each item's trace context with the event written (migration 0040).
+SELECT r.ord, r.outcome AS scheduled, (r.event).*,
+       tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
+           AS status
+FROM tickler_schedule_traced(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
+                             CAST(:debounce_max_seconds AS double precision), true, CAST(:traces AS jsonb)) AS r;
+
 -- name: get_open_event
 -- The open event of a key, if any.
 SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status

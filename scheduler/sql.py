@@ -58,3 +58,12 @@ def queries() -> dict[str, sa.TextClause]:
 def q(name: str) -> sa.TextClause:
     """The named query `name` (KeyError names the missing query)."""
     return queries()[name]
+
+
+@cache
+def driver_sql(name: str) -> str:
+    """The named query in psycopg's own placeholders (`%(name)s`), for a hot path that runs it on
+    the driver's connection directly (no SQLAlchemy statement or result processing)."""
+    from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
+
+    return str(q(name).compile(dialect=pg_psycopg.dialect()))  # type: ignore[no-untyped-call]

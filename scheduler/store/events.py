@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
+from tickler.scheduler.db import driver_rows, unavailable_reason
 from tickler.scheduler.errors import Archived, InFlight, KeyConflict, NotFound, StaleVersion
 from tickler.scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEntry
 from tickler.scheduler.rules import format_timestamp
-from tickler.scheduler.sql import q
+from tickler.scheduler.sql import driver_sql, q
 from tickler.scheduler.states import Action, OnConflict, Scheduled, Status
 from tickler.scheduler.store import search
 from tickler.scheduler.store.archive import archived_history
+from tickler.scheduler.store.group_commit import GroupCommit
 from tickler.scheduler.store.operations import EventOperations
 from tickler.scheduler.store.search import Matching
 from tickler.scheduler.tracing import TraceContext
+
+try:
+    import orjson as _orjson
+except ImportError:  # an optional speed-up (api/jsonio.py)
+    _orjson = None  # type: ignore[assignment]
 
 # tickler_schedule()'s outcomes for an item it wrote, and for one held under a lease.
 _WRITTEN = frozenset({Scheduled.CREATED, Scheduled.REPLACED, Scheduled.DEBOUNCED})
@@ -50,7 +57,7 @@ SearchFilter = search.SearchFilter
 
 
 def _events_json(events: Sequence[NewEvent]) -> str:
-    return json.dumps(
+    return _dumps(
         [
             {
                 "ord": ord_,
@@ -64,9 +71,19 @@ def _events_json(events: Sequence[NewEvent]) -> str:
                 "fairness_key": e.fairness_key,
             }
             for ord_, e in enumerate(events)
-        ],
-        separators=(",", ":"),
+        ]
     )
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON for jsonb parameters: orjson when installed (several times faster on a batch
+    of 10,000), else json; a value orjson will not take (an integer beyond 64 bits) goes to json."""
+    if _orjson is not None:
+        try:
+            return str(_orjson.dumps(value).decode())
+        except TypeError:
+            pass
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _traces_json(traces: Sequence[TraceContext | None]) -> str:
@@ -78,6 +95,13 @@ def _traces_json(traces: Sequence[TraceContext | None]) -> str:
 
 
 class EventStore(EventOperations):
+    def __init__(self, engine: sa.Engine) -> None:
+        super().__init__(engine)
+        # Off (0) unless the API turns it on (TICKLER_GROUP_COMMIT_MS): an in-process caller is alone.
+        self.groups: GroupCommit[tuple[NewEvent, TraceContext | None], dict[str, Any]] = GroupCommit(
+            self._write_group, shared=lambda error: unavailable_reason(error) is not None
+        )
+
     # -- scheduling -----------------------------------------------------------------------------
     # Every write of new events goes through one SQL function, tickler_schedule() (migration
     # 0008): the insert, the replace or debounce, their timeline and the wake-up handshake.
@@ -98,13 +122,11 @@ class EventStore(EventOperations):
         Raises KeyConflict (reject: an open event has the key) or InFlight (replace, debounce:
         the open event is held under a live lease); both carry the existing event.
         """
-        params = self._params(queue, [event], actor, on_conflict, now, debounce_max_seconds)
-        # One autocommit statement, one round trip. A lease that ran out makes its event
-        # changeable: tickler_schedule() ends it (migration 0014).
-        if trace is not None:  # kept with the event by the same statement
-            params["traces"] = _traces_json([trace])
-        with self.autocommit.connect() as conn:
-            row = conn.execute(q("schedule_one" if trace is None else "schedule_one_traced"), params).mappings().one()
+        # One autocommit statement, one round trip, on the driver directly; shared with the
+        # concurrent requests of this process when group commit is on (scheduler/store/group_commit.py).
+        # A lease that ran out makes its event changeable: tickler_schedule() ends it (migration 0014).
+        key = (queue.name, actor, on_conflict, now, debounce_max_seconds)
+        row = self.groups.submit(key, event.item_key, (event, trace))
         found = Event.from_row(row)
         outcome = row["scheduled"]
         if outcome in _WRITTEN:
@@ -137,13 +159,31 @@ class EventStore(EventOperations):
         query = "schedule_many"
         if traces is not None and any(t is not None for t in traces):
             query, params["traces"] = "schedule_many_traced", _traces_json(traces)
-        with self.engine.begin() as conn:
-            rows = conn.execute(q(query), params).mappings().all()
+        # One statement (its own transaction), on the driver: no per-row SQLAlchemy processing.
+        rows = driver_rows(self.engine, driver_sql(query), params, tuples=True)
         refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
+        written = _WRITTEN
         return [
-            ScheduleResult(row["item_key"], row["outcome"] if row["outcome"] in _WRITTEN else refused, row["id"])
-            for row in rows
+            ScheduleResult(item_key, outcome if outcome in written else refused, id_)
+            for _, item_key, outcome, id_ in rows
         ]
+
+    def _write_group(
+        self, key: Hashable, items: Sequence[tuple[NewEvent, TraceContext | None]]
+    ) -> list[dict[str, Any]]:
+        """Schedule the single events of one group key in one statement: per item, the row
+        schedule_one answers (outcome, and the event written or the one that holds the key)."""
+        assert isinstance(key, tuple)
+        params: dict[str, Any] = dict(
+            zip(("queue", "actor", "on_conflict", "now", "debounce_max_seconds"), key, strict=True)
+        )
+        params["events"] = _events_json([event for event, _ in items])
+        name = "schedule_group"
+        if any(trace is not None for _, trace in items):
+            name, params["traces"] = "schedule_group_traced", _traces_json([trace for _, trace in items])
+        rows = driver_rows(self.engine, driver_sql(name), params)
+        rows.sort(key=lambda row: row["ord"])
+        return rows
 
     @staticmethod
     def _params(

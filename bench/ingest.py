@@ -1,0 +1,153 @@
+"""The ingest path (issue #24), every row in one run: single-event HTTP schedules under gunicorn
+gthread at 1, 4 and 16 clients with group commit (TICKLER_GROUP_COMMIT_MS, default 2 ms) and at 4
+without it, under `tickler serve`'s waitress; HTTP batches of 1,000 and 10,000; the in-process
+enqueue beside pgqueuer's. Each against its plain-psycopg baseline in the same database, with the
+CPU per event of the server's processes and the database (/proc) and, for single events, each
+request's latency (p50 / p99, in the row's note)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench import baseline, pgq, schedule_batch, schedule_http
+from bench.cpu import CpuMeter
+from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median, median_cpu, percentile, say
+from bench.http import Client, api_server
+from bench.peers import _enqueue_rate
+from bench.procs import race
+
+WORKERS, THREADS = 2, 4
+
+
+def _client(port: int, token: str, prefix: str, count: int, go: Any, out: Any) -> None:
+    client = Client(port, token)
+    go.wait()
+    failures, latencies = 0, []
+    for i in range(count):
+        started = time.perf_counter()
+        status, _ = client.post(
+            f"/v1/queues/{QUEUE}/events", {"item_key": f"{prefix}-{i}", "delay_seconds": 3600, "data": {"n": i}}
+        )
+        latencies.append(time.perf_counter() - started)
+        failures += status != 202
+    out.put((time.time(), failures, latencies))
+
+
+def _single(port: int, pid: int, url: str, token: str, total: int, clients: int, round_: int) -> tuple[float, Any, Any]:
+    """(events/s, [app, db] µs/event, latencies in s) of one timed run."""
+    per = total // clients
+    with CpuMeter(url, [pid]) as meter:
+        started, results = race(_client, [(port, token, f"r{round_}c{c}", per) for c in range(clients)])
+    if sum(f for _, f, _ in results):
+        raise RuntimeError("requests failed")
+    rate = per * clients / (max(t for t, _, _ in results) - started)
+    return rate, meter.use.per_event_us(per * clients), [x for _, _, lat in results for x in lat]
+
+
+def _single_row(
+    label: str,
+    kind: str,
+    env: dict[str, str],
+    clients: int,
+    url: str,
+    token: str,
+    ctx: Context,
+    base: list[float],
+    n: int,
+) -> Row:
+    """Configuration number `n` of the run: its keys are its own (all share one database)."""
+    total = ctx.size(60, 3_000 if clients < 16 else 4_800)
+    workers, threads = (1, WORKERS * THREADS) if kind == "waitress" else (WORKERS, THREADS)
+    runs, cpus, latencies = [], [], []
+    with api_server(url, kind, workers=workers, threads=threads, env=env) as (port, pid):
+        _single(port, pid, url, token, min(total, 400), clients, 100 * n)  # warm-up: pools, prepared plans
+        for r in range(ctx.repeats):
+            rate, cpu, lat = _single(port, pid, url, token, total, clients, 100 * n + 1 + r)
+            runs.append(rate)
+            cpus.append(cpu)
+            latencies += lat
+    name = f"ingest: HTTP 1 event/request, {label}, {clients} client(s)"
+    row = Row.throughput(name, runs, base, "≥ 40% of single-row INSERT (4 clients)", 0.4, {"tickler": median_cpu(cpus)})
+    row.met = row.met if clients == 4 else None
+    row.note = f"latency p50 {percentile(latencies, 50) * 1e3:.1f} ms, p99 {percentile(latencies, 99) * 1e3:.1f} ms"
+    say(f"{name}: {row.note}")
+    return row
+
+
+def _batch_rows(ctx: Context) -> list[Row]:
+    rows = []
+    for batch, batches in ((1_000, ctx.size(2, 20)), (ctx.size(2_000, 10_000), ctx.size(1, 4))):
+        with ctx.database() as url:
+            make_queue(url)
+            baseline.install(url)
+            token = admin_token(url)
+            base = [schedule_batch.baseline_rate(url, batch, batches, r) for r in range(ctx.repeats)]
+            runs, cpus = [], []
+            with api_server(url, "gunicorn", workers=WORKERS, threads=THREADS) as (port, pid):
+                client = Client(port, token)
+                schedule_batch.http_rate(client, batch, 1, 99)  # warm-up
+                for r in range(ctx.repeats):
+                    with CpuMeter(url, [pid]) as meter:
+                        runs.append(schedule_batch.http_rate(client, batch, batches, 100 + r))
+                    cpus.append(meter.use.per_event_us(batch * batches))
+            name = f"ingest: HTTP batch of {batch:,}, gunicorn gthread, 1 client, vs COPY → INSERT ON CONFLICT"
+            rows.append(Row.throughput(name, runs, base, "≥ 60% of COPY", 0.6, {"tickler": median_cpu(cpus)}))
+    return rows
+
+
+def _enqueue_row(ctx: Context) -> Row:
+    total = ctx.size(40, 3_000)
+    sides: dict[str, tuple[list[float], list[list[float]]]] = {}
+    with ctx.database() as url:
+        make_queue(url)
+        baseline.install(url)
+        for side in ("tickler", "baseline"):
+            measured = [_enqueue_rate(side, url, 1, total) for _ in range(ctx.repeats)]
+            sides[side] = ([m[0] for m in measured], [m[1] for m in measured])
+    if pgq.available():
+        with ctx.database(tickler=False) as url:
+            pgq.install(url)
+            measured = [_enqueue_rate("peer", url, 1, total) for _ in range(ctx.repeats)]
+            sides["peer"] = ([m[0] for m in measured], [m[1] for m in measured])
+    t, b, p = sides["tickler"], sides["baseline"], sides.get("peer")
+    cpu = {side: median_cpu(cpus) for side, (_, cpus) in sides.items()}
+    met = None if p is None else sum(cpu["tickler"]) <= sum(cpu["peer"])
+    return Row(
+        "ingest: in-process enqueue, 1 event/transaction, 1 client",
+        median(t[0]),
+        median(b[0]),
+        "events/s",
+        "CPU/event ≤ pgqueuer's",
+        met,
+        runs=t[0],
+        baseline_runs=b[0],
+        peer=median(p[0]) if p else None,
+        peer_runs=p[0] if p else [],
+        cpu=cpu,
+    )
+
+
+def run(ctx: Context) -> list[Row]:
+    rows = []
+    with ctx.database() as url:
+        make_queue(url)
+        baseline.install(url)
+        token = admin_token(url)
+        base = [schedule_http.baseline_rate(url, ctx.size(200, 3_000), 500 + r) for r in range(ctx.repeats)]
+        gthread = f"gunicorn gthread -w {WORKERS} --threads {THREADS}"
+        configs: list[tuple[str, str, dict[str, str], int]] = [
+            (f"{gthread}, group commit 2 ms", "gunicorn", {}, 1),
+            (f"{gthread}, group commit 2 ms", "gunicorn", {}, 4),
+            (f"{gthread}, group commit 2 ms", "gunicorn", {}, 16),
+            (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 4),
+            (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 16),
+            (f"waitress, 1 process, {WORKERS * THREADS} threads (tickler serve), group commit 2 ms", "waitress", {}, 4),
+        ]
+        if ctx.quick:
+            configs = configs[1:2]
+        for n, (label, kind, env, clients) in enumerate(configs, start=1):
+            rows.append(_single_row(label, kind, env, clients, url, token, ctx, base, n))
+    rows += _batch_rows(ctx)
+    rows.append(_enqueue_row(ctx))
+    return rows

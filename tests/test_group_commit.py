@@ -1,0 +1,188 @@
+"""Group commit: concurrent single-event schedules of one API process share one statement, each
+answered with its own outcome, and one refused item never fails another."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+import requests
+from flask import Flask
+
+from tests.conftest import auth
+from tests.helpers_http import serving_app
+from tests.helpers_wait import wait_until
+from tickler.api import close_app, create_app
+from tickler.config import Settings
+from tickler.scheduler.store.group_commit import GroupCommit
+
+CLIENTS = 16
+
+
+@pytest.fixture
+def grouping_server(settings: Settings) -> Iterator[str]:
+    """The API with a long window (200 ms): requests that arrive together are certainly grouped."""
+    app: Flask = create_app(settings.with_overrides(group_commit_ms=200), configure_logs=False)
+    try:
+        with serving_app(app) as url:
+            yield url
+    finally:
+        close_app(app)
+
+
+def _together(url: str, token: str, bodies: Sequence[dict[str, Any]]) -> list[requests.Response]:
+    barrier = threading.Barrier(len(bodies))
+
+    def one(body: dict[str, Any]) -> requests.Response:
+        with requests.Session() as session:
+            barrier.wait(timeout=30)
+            return session.post(f"{url}/v1/queues/emails/events", json=body, headers=auth(token), timeout=30)
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(one, bodies))
+
+
+def _shared_transactions(raw: psycopg.Connection[Any]) -> int:
+    """How many events were written in a transaction that wrote another one too (the same now())."""
+    row = raw.execute(
+        "SELECT coalesce(sum(n), 0) FROM (SELECT count(*) AS n FROM tickler_event GROUP BY enqueued_on "
+        "HAVING count(*) > 1) AS shared"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_concurrent_requests_share_a_statement_and_each_gets_its_own_event(
+    grouping_server: str, emails: str, token: str, raw: psycopg.Connection[Any]
+) -> None:
+    bodies = [{"item_key": f"k{i}", "data": {"n": i}, "delay_seconds": 60 + i} for i in range(CLIENTS)]
+    responses = _together(grouping_server, token, bodies)
+    assert [r.status_code for r in responses] == [202] * CLIENTS
+    for i, response in enumerate(responses):
+        body = response.json()
+        assert (body["item_key"], body["data"], body["outcome"], body["version"]) == (f"k{i}", {"n": i}, "created", 1)
+        assert response.headers["ETag"] == '"1"'
+        assert response.headers["Location"].endswith(f"/v1/queues/emails/events/k{i}")
+    assert len({r.json()["id"] for r in responses}) == CLIENTS
+    assert raw.execute("SELECT count(*) FROM tickler_event").fetchone() == (CLIENTS,)
+    assert raw.execute("SELECT count(*) FROM tickler_timeline WHERE action = 'enqueued'").fetchone() == (CLIENTS,)
+    assert _shared_transactions(raw) >= 2  # at least two requests were written by one statement
+
+
+def test_one_refused_request_fails_alone_and_conflicts_are_answered_per_request(
+    grouping_server: str, emails: str, token: str, raw: psycopg.Connection[Any]
+) -> None:
+    headers = auth(token)
+    for body in (
+        {"item_key": "taken", "data": {"old": True}, "delay_seconds": 60},
+        {"item_key": "g0", "data": {}, "group_key": "g", "fairness_key": "a", "delay_seconds": 60},
+    ):
+        assert (
+            requests.post(f"{grouping_server}/v1/queues/emails/events", json=body, headers=headers).status_code == 202
+        )
+    bodies: list[dict[str, Any]] = [{"item_key": f"k{i}", "data": {"n": i}} for i in range(CLIENTS - 2)]
+    # refused by the database (the group's events share one fairness key): 400 for this one alone
+    bodies.append({"item_key": "mixed", "data": {}, "group_key": "g", "fairness_key": "b"})
+    bodies.append({"item_key": "taken", "data": {"new": True}})  # reject: 409 naming the open event
+    responses = _together(grouping_server, token, bodies)
+    statuses = [r.status_code for r in responses]
+    assert statuses == [202] * (CLIENTS - 2) + [400, 409], [r.text for r in responses]
+    assert "fairness_key" in responses[-2].json()["errors"]
+    assert responses[-1].json()["event"]["data"] == {"old": True}
+    for i, response in enumerate(responses[: CLIENTS - 2]):
+        assert (response.json()["item_key"], response.json()["data"]) == (f"k{i}", {"n": i})
+    # nothing lost, nothing written twice
+    keys = [row[0] for row in raw.execute("SELECT item_key FROM tickler_event ORDER BY item_key")]
+    assert keys == sorted(["taken", "g0", *(f"k{i}" for i in range(CLIENTS - 2))])
+    assert raw.execute("SELECT count(*) FROM tickler_timeline").fetchone() == (CLIENTS,)
+
+
+def test_a_request_alone_is_written_at_once_whatever_the_window() -> None:
+    """A lone request does not wait: with a one-hour window it still returns (the test's timeout)."""
+    written: list[list[str]] = []
+    groups: GroupCommit[str, str] = GroupCommit(
+        lambda key, items: written.append(list(items)) or list(items), window=3600
+    )
+    with groups.handling():
+        assert groups.submit("q", "a", "a") == "a"
+    assert written == [["a"]]
+
+
+def test_a_group_whose_write_fails_writes_each_item_alone() -> None:
+    """One statement failed, so nothing of the group was written: each is retried alone and only
+    the one the database refuses fails; the others each get their own result."""
+    calls: list[list[str]] = []
+
+    def write(key: Any, items: Sequence[str]) -> list[str]:
+        calls.append(list(items))
+        if "bad" in items:
+            raise ValueError("refused")
+        return [item.upper() for item in items]
+
+    groups: GroupCommit[str, str] = GroupCommit(write, window=3600)
+    results: dict[str, Any] = {}
+    inside = threading.Barrier(3)
+
+    def request(item: str) -> None:
+        with groups.handling():
+            inside.wait(timeout=10)  # all three are being handled before any submits
+            try:
+                results[item] = groups.submit("q", item, item)
+            except ValueError as error:
+                results[item] = error
+
+    threads = [threading.Thread(target=request, args=(item,)) for item in ("a", "bad", "c")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert results["a"] == "A" and results["c"] == "C"
+    assert isinstance(results["bad"], ValueError)
+    assert sorted(calls[0]) == ["a", "bad", "c"]  # one group first
+    assert sorted(map(tuple, calls[1:])) == [("a",), ("bad",), ("c",)]
+
+
+def test_requests_that_arrive_while_a_write_is_under_way_share_the_next_one() -> None:
+    """No request waits for a lone one's write, but those arriving during it are written together."""
+    calls: list[list[str]] = []
+    release = threading.Event()
+
+    def write(key: Any, items: Sequence[str]) -> list[str]:
+        calls.append(list(items))
+        if items == ["first"]:
+            release.wait(timeout=30)
+        return list(items)
+
+    groups: GroupCommit[str, str] = GroupCommit(write, window=3600)
+    results: dict[str, str] = {}
+
+    def request(item: str) -> None:
+        with groups.handling():
+            results[item] = groups.submit("q", item, item)
+
+    first = threading.Thread(target=request, args=("first",))
+    first.start()
+    wait_until(lambda: calls == [["first"]], what="the lone request writes at once")
+    later = [threading.Thread(target=request, args=(item,)) for item in ("b", "c")]
+    for thread in later:
+        thread.start()
+    wait_until(lambda: "q" in groups._open and len(groups._open["q"].items) == 2, what="b and c join one group")
+    assert calls == [["first"]]  # the group waits for the write under way (the window is an hour)
+    release.set()
+    for thread in (first, *later):
+        thread.join(timeout=30)
+    assert results == {"first": "first", "b": "b", "c": "c"}
+    assert [sorted(call) for call in calls] == [["first"], ["b", "c"]]
+
+
+def test_the_window_is_a_setting_from_0_to_1000_ms() -> None:
+    from tickler.config import SettingsError
+
+    assert Settings.from_env({}).group_commit_ms == 2.0
+    assert Settings.from_env({"TICKLER_GROUP_COMMIT_MS": "0"}).group_commit_ms == 0.0
+    with pytest.raises(SettingsError, match="TICKLER_GROUP_COMMIT_MS"):
+        Settings.from_env({"TICKLER_GROUP_COMMIT_MS": "-1"})
