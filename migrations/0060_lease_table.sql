@@ -24,6 +24,10 @@
 -- leases of their claims), but their lookups by lease id and their reaper lose the indexes
 -- they were planned on.
 
+-- The whole migration holds the events' table (its indexes are dropped and rebuilt below): taken
+-- first, so that no lock is upgraded halfway. Writes, claims and counts wait until it commits.
+LOCK TABLE tickler_event IN ACCESS EXCLUSIVE MODE;
+
 CREATE TABLE tickler_lease (
     lease_id     uuid NOT NULL,
     event_id     bigint NOT NULL,
@@ -104,8 +108,7 @@ CREATE TRIGGER tickler_keep_leases_inserted AFTER INSERT ON tickler_event
     FOR EACH STATEMENT EXECUTE FUNCTION tickler_keep_leases_inserted();
 
 -- The live leases of in-flight events move in (an expired, unreaped lease too: the reaper or
--- the next claim ends it as before). The lock keeps claims and acks out meanwhile.
-LOCK TABLE tickler_event IN SHARE ROW EXCLUSIVE MODE;
+-- the next claim ends it as before).
 INSERT INTO tickler_lease (lease_id, event_id, queue, group_key, fairness_key, expires_on)
 SELECT e.lease_id, e.id, e.queue, e.group_key, e.fairness_key, e.lease_expires_on
 FROM tickler_event AS e
