@@ -142,8 +142,12 @@ LANGUAGE sql STABLE AS $$
         SELECT
             (SELECT count(*) FROM tickler_lease AS l
              WHERE l.queue = p_queue AND l.expires_on > p_at) AS in_flight,
-            (SELECT count(*) FROM tickler_lease AS l JOIN tickler_event AS e ON e.id = l.event_id
-             WHERE l.queue = p_queue AND l.expires_on > p_at AND e.schedule_on <= p_at) AS in_flight_due,
+            -- their rows by primary key (= ANY(ARRAY(...)), never a join the planner could make
+            -- a hash join over a scan of the events)
+            (SELECT count(*) FROM tickler_event AS e
+             WHERE e.id = ANY(ARRAY(SELECT l.event_id FROM tickler_lease AS l
+                                    WHERE l.queue = p_queue AND l.expires_on > p_at))
+               AND e.schedule_on <= p_at) AS in_flight_due,
             (SELECT count(*) FROM tickler_event AS e
              WHERE e.queue = p_queue AND e.dequeued_on IS NULL AND e.schedule_on <= p_at) AS open_due
     ) AS live

@@ -44,9 +44,12 @@ WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
 SELECT e.lease_id, e.queue, min(e.claimed_by) AS claimed_by, min(e.claimed_on) AS claimed_on,
        max(e.lease_expires_on) AS expires_on, min(e.group_key) AS group_key,
        count(*) AS events, min(e.item_key) AS first_key, max(e.redeliver_count) AS redeliver_count
-FROM tickler_lease AS l JOIN tickler_event AS e ON e.id = l.event_id CROSS JOIN clock
-WHERE l.expires_on > clock.now AND (CAST(:names AS text[]) IS NULL OR l.queue = ANY(CAST(:names AS text[])))
-  AND e.dequeued_on IS NULL AND e.lease_id = l.lease_id AND e.lease_expires_on > clock.now
+FROM tickler_event AS e CROSS JOIN clock
+WHERE e.id = ANY(ARRAY(  -- primary-key lookups, never a join over a scan of the events
+        SELECT l.event_id FROM tickler_lease AS l
+        WHERE l.expires_on > coalesce(CAST(:now AS timestamptz), now())
+          AND (CAST(:names AS text[]) IS NULL OR l.queue = ANY(CAST(:names AS text[])))))
+  AND e.lease_id IS NOT NULL AND e.lease_expires_on > clock.now
 GROUP BY e.lease_id, e.queue
 ORDER BY min(e.claimed_on), e.lease_id
 LIMIT :limit;
