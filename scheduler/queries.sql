@@ -189,12 +189,12 @@ SELECT count(*) AS cancelled FROM changed CROSS JOIN died;
 -- tickler_end_expired_leases() (migration 0014), which claims, replace, debounce, reschedule and
 -- cancel also use when they meet such a lease: the event is claimable again and the attempt counts
 -- as a redelivery; an event whose last allowed attempt it was is finished as dead.
+-- The expired leases are read in tickler_lease (migration 0060: the events in flight only).
 SELECT x.id, x.queue, x.exhausted
 FROM tickler_end_expired_leases(ARRAY(
-    SELECT e.id FROM tickler_event AS e
-    WHERE e.dequeued_on IS NULL AND e.lease_id IS NOT NULL
-      AND e.lease_expires_on <= coalesce(CAST(:now AS timestamptz), now())
-      AND (CAST(:queue AS text) IS NULL OR e.queue = CAST(:queue AS text))
+    SELECT l.event_id FROM tickler_lease AS l
+    WHERE l.expires_on <= coalesce(CAST(:now AS timestamptz), now())
+      AND (CAST(:queue AS text) IS NULL OR l.queue = CAST(:queue AS text))
 ), :actor, CAST(:now AS timestamptz)) AS x;
 
 -- name: timeline
@@ -305,10 +305,7 @@ SELECT min(next_on) AS next_on, clock_timestamp() AS db_now FROM (
     UNION ALL
     SELECT (SELECT e.schedule_on FROM tickler_event AS e
             WHERE e.queue = q AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NOT NULL
-              AND NOT EXISTS (
-                  SELECT 1 FROM tickler_event AS l
-                  WHERE l.queue = e.queue AND l.group_key = e.group_key
-                    AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL)
+              AND NOT EXISTS (SELECT 1 FROM tickler_lease AS l WHERE l.queue = e.queue AND l.group_key = e.group_key)
             ORDER BY e.schedule_on, e.id LIMIT 1)
     FROM unnest(CAST(:queues AS text[])) AS q
 ) AS candidates;
@@ -346,7 +343,12 @@ expired AS (
            e.redeliver_count + 1 AS attempt,
            tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts) AS dies
     FROM tickler_event AS e
-    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
+    -- the queue's expired leases, from the lease table (migration 0060), then their rows
+    WHERE e.id = ANY(ARRAY(
+            SELECT l.event_id FROM tickler_lease AS l
+            WHERE l.queue = :queue AND l.group_key IS NULL AND l.expires_on <= (SELECT now FROM clock)
+            ORDER BY l.expires_on LIMIT :limit))
+      AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
       AND e.lease_expires_on <= (SELECT now FROM clock)
       AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
                                              AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
@@ -433,7 +435,12 @@ expired AS (  -- leases whose time is up (the lease test of expiry, as in claim_
            e.redeliver_count + 1 AS attempt,
            tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts) AS dies
     FROM tickler_event AS e
-    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
+    -- the queue's expired leases, from the lease table (migration 0060), then their rows
+    WHERE e.id = ANY(ARRAY(
+            SELECT l.event_id FROM tickler_lease AS l
+            WHERE l.queue = :queue AND l.group_key IS NULL AND l.expires_on <= (SELECT now FROM clock)
+            ORDER BY l.expires_on LIMIT :limit))
+      AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
       AND e.lease_expires_on <= (SELECT now FROM clock)
       AND EXISTS (SELECT 1 FROM open_to_us)
     ORDER BY e.lease_expires_on
@@ -534,14 +541,12 @@ recent AS (
     WHERE w.at > clock.now - make_interval(secs => s.window_seconds)
 )
 SELECT s.*, clock.now AS db_now,
-       -- live leases through the lease-expiry indexes: one lease per ungrouped event, one per group
+       -- live leases in the lease table (migration 0060): one lease per ungrouped event, one per group
        CASE WHEN s.max_in_flight IS NULL THEN NULL ELSE s.max_in_flight - (
-           SELECT count(*) FROM tickler_event AS e
-           WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
-             AND e.lease_expires_on > clock.now) - (
-           SELECT count(DISTINCT e.lease_id) FROM tickler_event AS e
-           WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
-             AND e.lease_expires_on > clock.now) END AS lease_room,
+           SELECT count(*) FILTER (WHERE l.group_key IS NULL)
+                  + count(DISTINCT l.lease_id) FILTER (WHERE l.group_key IS NOT NULL)
+           FROM tickler_lease AS l
+           WHERE l.queue = :queue AND l.expires_on > clock.now) END AS lease_room,
        CASE WHEN s.rate_per_second IS NULL THEN NULL
             ELSE floor(s.rate_per_second * s.window_seconds + 1e-9)::integer - r.events END AS event_room,
        -- when the window has room again: its oldest claim leaves it
@@ -575,9 +580,8 @@ SELECT (EXISTS (
     WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NOT NULL
       AND schedule_on <= coalesce(CAST(:now AS timestamptz), now())
 ) OR EXISTS (
-    SELECT 1 FROM tickler_event
-    WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NOT NULL AND group_key IS NOT NULL
-      AND lease_expires_on <= coalesce(CAST(:now AS timestamptz), now())
+    SELECT 1 FROM tickler_lease
+    WHERE queue = :queue AND group_key IS NOT NULL AND expires_on <= coalesce(CAST(:now AS timestamptz), now())
 )) AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
                                          AND q.max_in_flight_per_key IS NULL
                                   FROM tickler_queue AS q WHERE q.name = :queue)) AS found;
@@ -602,10 +606,11 @@ due AS (
      ORDER BY e.schedule_on, e.id
      LIMIT :scan)
     UNION ALL
-    (SELECT e.group_key, e.schedule_on, e.id, e.priority, e.fairness_key FROM tickler_event AS e
-     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NOT NULL
-       AND e.lease_expires_on <= (SELECT now FROM clock) AND (SELECT open FROM open_queue)
-     ORDER BY e.lease_expires_on
+    (SELECT e.group_key, e.schedule_on, e.id, e.priority, e.fairness_key
+     FROM tickler_lease AS l JOIN tickler_event AS e ON e.id = l.event_id
+     WHERE l.queue = :queue AND l.group_key IS NOT NULL AND l.expires_on <= (SELECT now FROM clock)
+       AND (SELECT open FROM open_queue)
+     ORDER BY l.expires_on
      LIMIT :scan)
 ),
 -- A group is one unit with the highest priority among its due events (SPEC §10), then its first
@@ -617,9 +622,8 @@ groups AS MATERIALIZED (
            min(d.fairness_key) AS fairness_key
     FROM due AS d
     WHERE NOT EXISTS (
-        SELECT 1 FROM tickler_event AS l
-        WHERE l.queue = :queue AND l.group_key = d.group_key
-          AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL AND l.lease_expires_on > (SELECT now FROM clock))
+        SELECT 1 FROM tickler_lease AS l
+        WHERE l.queue = :queue AND l.group_key = d.group_key AND l.expires_on > (SELECT now FROM clock))
     GROUP BY d.group_key
 ),
 roomy AS MATERIALIZED (
@@ -629,9 +633,8 @@ roomy AS MATERIALIZED (
         FROM groups AS g
     ) AS g
     WHERE CAST(:cap AS integer) IS NULL OR g.nth <= CAST(:cap AS integer) - (
-        SELECT count(DISTINCT l.lease_id) FROM tickler_event AS l
-        WHERE l.queue = :queue AND l.fairness_key = g.fairness_key AND l.dequeued_on IS NULL
-          AND l.lease_id IS NOT NULL AND l.lease_expires_on > (SELECT now FROM clock))
+        SELECT count(DISTINCT l.lease_id) FROM tickler_lease AS l
+        WHERE l.queue = :queue AND l.fairness_key = g.fairness_key AND l.expires_on > (SELECT now FROM clock))
     ORDER BY g.priority DESC, g.first_due, g.group_key
 ),
 chosen AS MATERIALIZED (
@@ -640,8 +643,8 @@ chosen AS MATERIALIZED (
     LIMIT :limit
 ),
 leased AS MATERIALIZED (  -- a chosen group's leased rows: its lease is over (live ones are not chosen)
-    SELECT l.id FROM tickler_event AS l JOIN chosen AS c ON l.group_key = c.group_key
-    WHERE l.queue = :queue AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL
+    SELECT l.event_id AS id FROM tickler_lease AS l JOIN chosen AS c ON l.group_key = c.group_key
+    WHERE l.queue = :queue
 ),
 ended AS (
     SELECT CASE WHEN EXISTS (SELECT 1 FROM leased) THEN (
@@ -658,9 +661,7 @@ WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 locked AS (
     SELECT g.group_key FROM unnest(CAST(:groups AS text[])) AS g (group_key)
     WHERE NOT EXISTS (
-        SELECT 1 FROM tickler_event AS l
-        WHERE l.queue = :queue AND l.group_key = g.group_key COLLATE "C"
-          AND l.dequeued_on IS NULL AND l.lease_id IS NOT NULL)
+        SELECT 1 FROM tickler_lease AS l WHERE l.queue = :queue AND l.group_key = g.group_key COLLATE "C")
 ),
 leases AS (
     SELECT group_key, gen_random_uuid() AS lease_id FROM locked
@@ -695,7 +696,11 @@ WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 finished AS (
     DELETE FROM tickler_event AS e
     USING clock
-    WHERE e.lease_id = ANY(CAST(:lease_ids AS uuid[])) AND e.dequeued_on IS NULL
+    -- the leases' events by the lease table's primary key (migration 0060), checked on the row.
+    -- `outcome IS NULL` is "open" (check finished_has_outcome): said with dequeued_on, it would
+    -- let the planner prefer a partial index of open events, scanned whole for these ids.
+    WHERE e.id = ANY(ARRAY(SELECT l.event_id FROM tickler_lease AS l WHERE l.lease_id = ANY(CAST(:lease_ids AS uuid[]))))
+      AND e.lease_id = ANY(CAST(:lease_ids AS uuid[])) AND e.outcome IS NULL
       AND e.lease_expires_on > clock.now
       -- a caller limited to some queues cannot finish another tenant's lease (NULL: any queue)
       AND (CAST(:queues AS text[]) IS NULL OR e.queue = ANY(CAST(:queues AS text[])))
@@ -752,7 +757,8 @@ failing AS (
     FROM tickler_event AS e
     JOIN tickler_queue AS q ON q.name = e.queue
     CROSS JOIN clock
-    WHERE e.lease_id = CAST(:lease_id AS uuid) AND e.dequeued_on IS NULL AND e.lease_expires_on > clock.now
+    WHERE e.id = ANY(ARRAY(SELECT l.event_id FROM tickler_lease AS l WHERE l.lease_id = CAST(:lease_id AS uuid)))
+      AND e.lease_id = CAST(:lease_id AS uuid) AND e.outcome IS NULL AND e.lease_expires_on > clock.now  -- see ack
     FOR UPDATE OF e
 ),
 changed AS (
@@ -800,7 +806,8 @@ WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
 UPDATE tickler_event AS e
 SET lease_expires_on = clock.now + make_interval(secs => :seconds)
 FROM clock
-WHERE e.lease_id = CAST(:lease_id AS uuid) AND e.dequeued_on IS NULL AND e.lease_expires_on > clock.now
+WHERE e.id = ANY(ARRAY(SELECT l.event_id FROM tickler_lease AS l WHERE l.lease_id = CAST(:lease_id AS uuid)))
+  AND e.lease_id = CAST(:lease_id AS uuid) AND e.outcome IS NULL AND e.lease_expires_on > clock.now  -- see ack
 RETURNING e.lease_expires_on, e.queue;
 
 -- name: release_leases
@@ -811,7 +818,8 @@ released AS (
     UPDATE tickler_event AS e
     SET lease_id = NULL, lease_expires_on = NULL, version = e.version + 1
     FROM clock, unnest(CAST(:lease_ids AS uuid[])) AS l (lease_id)  -- l: the lease each row had
-    WHERE e.lease_id = l.lease_id AND e.dequeued_on IS NULL
+    WHERE e.id = ANY(ARRAY(SELECT k.event_id FROM tickler_lease AS k WHERE k.lease_id = ANY(CAST(:lease_ids AS uuid[]))))
+      AND e.lease_id = l.lease_id AND e.outcome IS NULL  -- see ack_leases
       AND e.lease_expires_on > clock.now
     RETURNING e.*, CAST(:actor AS text) AS actor, l.lease_id AS old_lease_id
 ),
@@ -829,20 +837,18 @@ SELECT r.id FROM released AS r CROSS JOIN (SELECT count(*) AS notified FROM wake
 
 -- name: lease_queue
 -- The queue a live lease belongs to (NULL: no such live lease).
-SELECT queue FROM tickler_event
-WHERE lease_id = CAST(:lease_id AS uuid) AND dequeued_on IS NULL
-  AND lease_expires_on > coalesce(CAST(:now AS timestamptz), now())
+SELECT queue FROM tickler_lease
+WHERE lease_id = CAST(:lease_id AS uuid) AND expires_on > coalesce(CAST(:now AS timestamptz), now())
 LIMIT 1;
 
 -- name: lease_fate
 -- Why a lease can no longer be finished, for the 409 of a stale ack, nack or extend: 'expired'
 -- when its events are still under it, open, past its expiry (nobody claimed them since), else
--- NULL. Only what the open-lease index answers: finished events are not in it, so an ack that
--- already landed is told by the key's timeline (the client reads it), not by a table scan here.
+-- NULL. Only what the lease table answers (migration 0060): finished events are not in it, so an
+-- ack that already landed is told by the key's timeline (the client reads it), not by a scan here.
 SELECT 'expired'
-FROM tickler_event
-WHERE lease_id = CAST(:lease_id AS uuid) AND dequeued_on IS NULL AND lease_id IS NOT NULL
-  AND lease_expires_on <= now()
+FROM tickler_lease
+WHERE lease_id = CAST(:lease_id AS uuid) AND expires_on <= now()
 LIMIT 1;
 
 -- name: webhook_queues

@@ -158,3 +158,62 @@ claimed AS (
     RETURNING e.*
 )
 SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.group_key, c.schedule_on, c.id;
+
+-- name: fail_lease
+-- (The previous release's nack: this release's finds the lease in tickler_lease, migration 0060.)
+-- A failed attempt for every event of a live lease: count the redelivery, keep the error and
+-- schedule the retry with the queue's backoff (or :retry_in_seconds), or finish the event as
+-- dead when its attempts are used up or :dead says so.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+failing AS (
+    SELECT e.id, e.schedule_on AS claim_schedule_on,
+           (CAST(:dead AS boolean) OR tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts)) AS is_dead,
+           coalesce(
+               CAST(:retry_in_seconds AS double precision),
+               tickler_backoff_seconds(q.backoff_initial_seconds, q.backoff_max_seconds, q.backoff_multiplier,
+                                       e.redeliver_count)
+           ) AS retry_in
+    FROM tickler_event AS e
+    JOIN tickler_queue AS q ON q.name = e.queue
+    CROSS JOIN clock
+    WHERE e.lease_id = CAST(:lease_id AS uuid) AND e.dequeued_on IS NULL AND e.lease_expires_on > clock.now
+    FOR UPDATE OF e
+),
+changed AS (
+    UPDATE tickler_event AS e
+    SET lease_id = NULL,
+        lease_expires_on = NULL,
+        last_error = CAST(:error AS text),
+        redeliver_count = e.redeliver_count + 1,  -- every failed attempt, the last one included
+        schedule_on = CASE WHEN f.is_dead THEN e.schedule_on
+                           ELSE clock.now + make_interval(secs => f.retry_in) END,
+        dequeued_on = CASE WHEN f.is_dead THEN clock.now END,
+        dequeued_by = CASE WHEN f.is_dead THEN e.claimed_by END,
+        outcome = CASE WHEN f.is_dead THEN 'dead' END,
+        version = e.version + 1
+    FROM failing AS f CROSS JOIN clock
+    WHERE e.id = f.id AND e.id = ANY(ARRAY(SELECT id FROM failing))  -- primary-key lookups (see claim_events)
+    RETURNING e.*, f.is_dead, f.claim_schedule_on, CAST(:lease_id AS uuid) AS old_lease_id
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, clock.now,
+           CASE WHEN c.is_dead THEN 'dead' ELSE 'failed' END, c.claimed_by, c.schedule_on,
+           tickler_with_claim(jsonb_strip_nulls(jsonb_build_object(
+               'lease_id', c.old_lease_id,
+               'attempt', c.redeliver_count,
+               'trace_id', CAST(:trace_id AS text),  -- the attempt's trace (SPEC §11), when traced
+               'error', c.last_error,
+               'retry_at', CASE WHEN c.is_dead THEN NULL ELSE c.schedule_on END,
+               'reason', CASE WHEN NOT c.is_dead THEN NULL
+                              WHEN CAST(:dead AS boolean) THEN 'receiver said stop'
+                              ELSE 'attempts exhausted' END)),
+               clock.now, c.claimed_by, c.schedule_on, c.claimed_on, c.claimed_by, c.claimed_expires_on,
+               c.old_lease_id, c.redeliver_count, c.group_key, c.claim_schedule_on)
+    FROM changed AS c CROSS JOIN clock
+),
+wake AS (
+    SELECT pg_notify('tickler_wake', queue) FROM (SELECT DISTINCT queue FROM changed WHERE group_key IS NOT NULL) AS q
+)
+SELECT c.id, c.queue, c.is_dead, c.schedule_on, c.redeliver_count
+FROM changed AS c CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;

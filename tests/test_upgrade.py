@@ -20,6 +20,7 @@ from tests.helpers_worker import recording_worker
 from tickler.config import Settings
 from tickler.scheduler import recurring
 from tickler.scheduler.db import create_engine, libpq_url
+from tickler.scheduler.errors import StaleLease
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import Event, NewEvent, Queue
 from tickler.scheduler.sql import parse_queries
@@ -81,6 +82,13 @@ def previous_claim(
     return list(dict.fromkeys(str(lease_id) for lease_id in lease_ids))
 
 
+def previous_nack(engine: sa.Engine, lease_id: str, *, error: str, now: datetime, dead: bool = False) -> None:
+    """The previous release's nack (its fail_lease): this release's reads the lease table."""
+    params = {"lease_id": lease_id, "error": error, "retry_in_seconds": None, "dead": dead, "now": now}
+    with engine.begin() as conn:
+        assert conn.execute(PREVIOUS_CLAIMS["fail_lease"], {**params, "trace_id": None}).all()
+
+
 def previous_ack(url: str, lease_ids: list[str]) -> list[int]:
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         return [row[0] for row in conn.execute(PREVIOUS_ACK, {"lease_ids": lease_ids})]
@@ -116,8 +124,8 @@ def fill(url: str, store: Store, engine: sa.Engine, now: datetime) -> list[tuple
     )
     leases = previous_claim(engine, queue, worker="w", limit=4, now=past + timedelta(minutes=1))
     previous_ack(url, [leases[0]])  # delivered
-    store.leases.nack(leases[1], error="boom", dead=True, now=past + timedelta(minutes=2))  # dead
-    store.leases.nack(leases[2], error="later", now=past + timedelta(minutes=2))  # retried later
+    previous_nack(engine, leases[1], error="boom", dead=True, now=past + timedelta(minutes=2))  # dead
+    previous_nack(engine, leases[2], error="later", now=past + timedelta(minutes=2))  # retried later
     # leases[3] stays in flight (a lease of a day: the worker of the upgrade does not reap it)
     store.events.cancel("emails", "later0", actor="app", now=past + timedelta(minutes=3))
     # a reused key: delivered, then scheduled again
@@ -291,3 +299,77 @@ def one_value(raw: psycopg.Connection[Any], query: str) -> Any:
 
 def _order(event: Event) -> tuple[datetime, int]:
     return event.schedule_on, event.id
+
+
+# -- the lease table (migration 0060) ------------------------------------------------------------
+
+LEASE_PREVIOUS = 46  # the last migration of the release before the lease table
+
+
+def test_upgrade_to_the_lease_table_keeps_live_leases_and_fencing(admin_url: str) -> None:
+    """Leases taken by the previous release (ungrouped, grouped, and one that expired without
+    being reaped) move into tickler_lease: after the upgrade a live lease is acked or nacked by
+    its id, the group lease finishes its events, the stale lease is still fenced (and reaped), and
+    nothing is finished twice."""
+    url = pg.create_database(admin_url, prefix="tickler_upgrade_lease")
+    migrate(url, through=LEASE_PREVIOUS)
+    engine = create_engine(url, pool_size=3)
+    try:
+        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
+            store = Store(engine)
+            now = datetime.now(UTC).replace(microsecond=0)
+            past = now - timedelta(hours=2)
+            queue = add_queue(engine, store, "emails", max_attempts=3)  # leases of a day
+            grouped = add_queue(engine, store, "digests")
+            late = add_queue(engine, store, "late", max_attempts=3)
+            store.events.schedule_batch(
+                queue,
+                [NewEvent(item_key=f"due{i}", data={"i": i}, schedule_on=past) for i in range(3)],
+                actor="app",
+                now=past,
+            )
+            live = previous_claim(engine, queue, worker="w", limit=2, now=past + timedelta(minutes=1))
+            # the stale lease: taken two days ago for a day, never reaped
+            store.events.schedule(
+                late, NewEvent(item_key="old", data={}, schedule_on=now - timedelta(days=3)), actor="app"
+            )
+            [stale] = previous_claim(engine, late, worker="w", limit=1, now=now - timedelta(days=2))
+            store.events.schedule_batch(
+                grouped,
+                [NewEvent(item_key=f"g{i}", data={}, group_key="ana", schedule_on=past) for i in range(2)],
+                actor="app",
+                now=past,
+            )
+            [group_lease] = previous_claim(engine, grouped, worker="w", limit=1, groups=True, now=past)
+            leased_before = set(
+                raw.execute("SELECT lease_id, id FROM tickler_event WHERE lease_id IS NOT NULL").fetchall()
+            )
+            assert len(leased_before) == 5
+            keys = [(q, k) for q, k in raw.execute("SELECT DISTINCT queue, item_key FROM tickler_timeline")]
+            before = readable(store, keys, now)
+
+            assert [m.version for m in migrate(url)][-1] == 60
+
+            moved = set(raw.execute("SELECT lease_id, event_id FROM tickler_lease").fetchall())
+            assert moved == leased_before
+            assert readable(store, keys, now) == before  # timelines, counts, gauges
+            # the stale lease is fenced: neither acked nor extended, and told as expired
+            assert store.leases.ack([stale]) == {}
+            with pytest.raises(StaleLease):
+                store.leases.extend(stale, seconds=60)
+            assert store.leases.fate(stale) == "expired"
+            # live leases work by their ids
+            assert store.leases.ack_one(live[0]) == "emails"
+            assert store.leases.nack(live[1], error="later").retried == 1
+            assert store.leases.ack([group_lease]) == {group_lease: "digests"}
+            assert store.leases.ack([live[0]]) == {}  # finished once
+            # the reaper ends the stale one as before: one more attempt counted, pending again
+            assert store.leases.expire(queue="late") == {"late": 1}
+            old = store.events.get("late", "old", now=now)
+            assert old.lease_id is None and old.redeliver_count == 1 and old.last_error == "lease expired"
+            assert one_value(raw, "SELECT count(*) FROM tickler_lease") == 0
+            finished = raw.execute("SELECT id, count(*) FROM tickler_event_history GROUP BY id").fetchall()
+            assert sorted(n for _, n in finished) == [1, 1, 1]  # due0 (acked), g0 and g1 (the group)
+    finally:
+        engine.dispose()
+        pg.drop_database(admin_url, url)

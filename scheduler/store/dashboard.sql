@@ -38,14 +38,18 @@ WHERE (CAST(:names AS text[]) IS NULL OR s.queue = ANY(CAST(:names AS text[])))
 GROUP BY s.queue, s.minute;
 
 -- name: live_leases
--- Leases in flight, oldest claim first, through the small index of leased events.
+-- Leases in flight, oldest claim first, from the lease table (migration 0060: leased events only)
+-- and their rows by primary key.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
 SELECT e.lease_id, e.queue, min(e.claimed_by) AS claimed_by, min(e.claimed_on) AS claimed_on,
        max(e.lease_expires_on) AS expires_on, min(e.group_key) AS group_key,
        count(*) AS events, min(e.item_key) AS first_key, max(e.redeliver_count) AS redeliver_count
 FROM tickler_event AS e CROSS JOIN clock
-WHERE e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.lease_expires_on > clock.now
-  AND (CAST(:names AS text[]) IS NULL OR e.queue = ANY(CAST(:names AS text[])))
+WHERE e.id = ANY(ARRAY(  -- primary-key lookups, never a join over a scan of the events
+        SELECT l.event_id FROM tickler_lease AS l
+        WHERE l.expires_on > coalesce(CAST(:now AS timestamptz), now())
+          AND (CAST(:names AS text[]) IS NULL OR l.queue = ANY(CAST(:names AS text[])))))
+  AND e.lease_id IS NOT NULL AND e.lease_expires_on > clock.now
 GROUP BY e.lease_id, e.queue
 ORDER BY min(e.claimed_on), e.lease_id
 LIMIT :limit;

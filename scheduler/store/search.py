@@ -45,6 +45,8 @@ _COLUMNS = (
 )
 event = sa.table("tickler_event", *(sa.column(name) for name in _COLUMNS))
 finished_event = sa.table("tickler_event_history", *(sa.column(name) for name in _COLUMNS))
+# The live leases (migration 0060): in-flight events are found here, no index of events reads a lease.
+lease = sa.table("tickler_lease", sa.column("event_id"), sa.column("queue"), sa.column("expires_on"))
 
 
 class BadCursor(ValueError):
@@ -122,7 +124,8 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
         if wanted == {Status.PENDING}:
             query = query.where(sa.not_(sa.func.coalesce(e.lease_expires_on > now, False)))
         elif wanted == {Status.IN_FLIGHT}:
-            query = query.where(e.lease_expires_on > now)
+            leased = sa.select(lease.c.event_id).where(lease.c.queue == queue, lease.c.expires_on > now)
+            query = query.where(e.id.in_(leased), e.lease_expires_on > now)
     else:
         query = query.where(e.dequeued_on.is_not(None))
         wanted = where.statuses & OUTCOMES

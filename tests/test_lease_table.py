@@ -1,0 +1,100 @@
+"""The lease table (migration 0060): it always holds exactly the live leases of the event rows,
+whatever statement changed them, and a claim rewrites the event row as a HOT update (no entry in
+any index of the events)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from tickler.scheduler.models import NewEvent, Queue
+from tickler.scheduler.sql import queries
+from tickler.scheduler.store import Store
+
+
+def leases_of_rows(raw: psycopg.Connection[Any]) -> set[tuple[Any, ...]]:
+    return set(
+        raw.execute(
+            "SELECT lease_id, id, queue, group_key, fairness_key, lease_expires_on FROM tickler_event"
+            " WHERE lease_id IS NOT NULL"
+        ).fetchall()
+    )
+
+
+def lease_rows(raw: psycopg.Connection[Any]) -> set[tuple[Any, ...]]:
+    return set(raw.execute("SELECT lease_id, event_id, queue, group_key, fairness_key, expires_on FROM tickler_lease"))
+
+
+def test_the_lease_table_follows_every_change_of_a_lease(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    queue = make_queue("emails", lease_seconds=30, max_attempts=2)
+    grouped = make_queue("digests", lease_seconds=30)
+    store.events.schedule_batch(
+        queue, [NewEvent(item_key=f"k{i}", data={}, fairness_key=f"t{i % 2}") for i in range(8)], actor="app"
+    )
+    store.events.schedule_batch(
+        grouped, [NewEvent(item_key=f"g{i}", data={}, group_key=f"grp{i % 2}") for i in range(4)], actor="app"
+    )
+    steps: list[str] = []
+
+    def check(step: str) -> None:
+        steps.append(step)
+        assert lease_rows(raw) == leases_of_rows(raw), step
+
+    check("scheduled")
+    leases = store.leases.claim(queue, worker="w", limit=6)
+    assert len(leases) == 6
+    check("claimed")
+    group_leases = store.leases.claim(grouped, worker="w", limit=2)
+    assert len(group_leases) == 2 and all(len(lease.events) == 2 for lease in group_leases)
+    check("group claimed")
+    assert len(lease_rows(raw)) == 10
+    store.leases.extend(leases[0].lease_id, seconds=300)
+    check("extended")
+    store.leases.ack([leases[0].lease_id, group_leases[0].lease_id])
+    check("acked")
+    store.leases.nack(leases[1].lease_id, error="later")
+    check("nacked")
+    store.leases.nack(leases[2].lease_id, error="stop", dead=True)
+    check("nacked dead")
+    store.leases.release([leases[3].lease_id], actor="w")
+    check("released")
+    # the leases of 4 and 5 run out: the reaper ends them (one of them was its event's last attempt)
+    later = leases[4].expires_at + timedelta(seconds=1)
+    assert sum(store.leases.expire(queue="emails", now=later).values()) >= 2
+    check("reaped")
+    again = store.leases.claim(queue, worker="w2", limit=10)
+    check("claimed again")
+    store.leases.ack([lease.lease_id for lease in again] + [group_leases[1].lease_id])
+    check("all acked")
+    assert lease_rows(raw) == set()
+    raw.execute("TRUNCATE tickler_event CASCADE")
+    assert lease_rows(raw) == set()
+
+
+def test_a_claim_is_a_hot_update(store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]) -> None:
+    """Every claimed row is rewritten in place (HOT): the event's indexes get no entry; the lease
+    gets its row and one entry in the lease table's primary key."""
+    queue = make_queue("emails")
+    store.events.schedule_batch(queue, [NewEvent(item_key=f"k{i}", data={}) for i in range(300)], actor="app")
+    claim = str(queries()["claim_events"].compile(compile_kwargs={"render_postcompile": True}))
+    for name in ("lease_seconds", "worker", "queue", "limit", "flow", "now"):
+        claim = claim.replace(f":{name}", f"%({name})s")
+    raw.execute("BEGIN")
+    try:
+        claimed = raw.execute(
+            claim, {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None, "flow": False}
+        ).fetchall()
+        stats = raw.execute(
+            "SELECT pg_stat_get_xact_tuples_updated('tickler_event'::regclass),"
+            " pg_stat_get_xact_tuples_hot_updated('tickler_event'::regclass),"
+            " pg_stat_get_xact_tuples_inserted('tickler_lease'::regclass)"
+        ).fetchone()
+    finally:
+        raw.execute("ROLLBACK")
+    assert len(claimed) == 100
+    assert stats == (100, 100, 100)
