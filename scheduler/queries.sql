@@ -434,18 +434,18 @@ expired AS (  -- leases whose time is up (the lease test of expiry, as in claim_
     SELECT e.id, e.lease_id, e.claimed_by, e.lease_expires_on, e.claimed_on, e.claimed_expires_on,
            e.redeliver_count + 1 AS attempt,
            tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts) AS dies
-    FROM tickler_event AS e
-    -- the queue's expired leases, from the lease table (migration 0060), then their rows
-    WHERE e.id = ANY(ARRAY(
-            SELECT l.event_id FROM tickler_lease AS l
-            WHERE l.queue = :queue AND l.group_key IS NULL AND l.expires_on <= (SELECT now FROM clock)
-            ORDER BY l.expires_on LIMIT :limit))
-      AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
+    -- the queue's expired leases, from the lease table (migration 0060), then their rows, each
+    -- found by its primary key (a join, so that no plan reads the claimable indexes whole for them)
+    FROM (SELECT l.event_id FROM tickler_lease AS l
+          WHERE l.queue = :queue AND l.group_key IS NULL AND l.expires_on <= (SELECT now FROM clock)
+          ORDER BY l.expires_on LIMIT :limit) AS x
+    JOIN tickler_event AS e ON e.id = x.event_id
+    WHERE e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
       AND e.lease_expires_on <= (SELECT now FROM clock)
       AND EXISTS (SELECT 1 FROM open_to_us)
     ORDER BY e.lease_expires_on
     LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF e SKIP LOCKED
 ),
 died AS (  -- the function is called only when one dies (it is planned at every call)
     SELECT count(*) AS n
