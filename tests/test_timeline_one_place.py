@@ -13,8 +13,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests import pg
+from tickler.config import Settings
+from tickler.scheduler.db import create_engine, libpq_url
+from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent, Queue
-from tickler.scheduler.store import Store
+from tickler.scheduler.store import QueueSettings, Store
 from tickler.scheduler.store.events import EventChanges
 from tickler.scheduler.store.schedules import ScheduleSpec
 from tickler.scheduler.store.search import Matching
@@ -290,6 +294,42 @@ def test_schedule_changes_and_a_queue_deletion_leave_their_entries(
         [row for row in gone if row[1].startswith("schedule_")],
         [("daily", "schedule_deleted", "ops", {"reason": "queue deleted", "cron": "0 6 * * *"})],
     )
+
+
+def test_an_upgrade_keeps_the_timeline_and_its_writers_write_on(admin_url: str) -> None:
+    """Entries written before migration 0061 (by the previous functions) stay as they were; after
+    it, the same changes write the same entries through tickler_timeline_write()."""
+    url = pg.create_database(admin_url, prefix="tickler_upgrade_timeline")
+    migrate(url, through=60)
+    engine = create_engine(url, pool_size=2)
+    try:
+        store = Store(engine)
+        queue = store.queues.put("emails", QueueSettings(max_attempts=2, lease_seconds=30), Settings()).queue
+        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
+            enqueued = written(raw, lambda: store.events.schedule_batch(queue, [NewEvent("k", {"v": 1})], actor="app"))
+            expect(enqueued, [("k", "enqueued", "app", {"max_attempts": 2})])
+            before = raw.execute("SELECT * FROM tickler_timeline ORDER BY id").fetchall()
+
+            assert 61 in [m.version for m in migrate(url)]
+            assert raw.execute("SELECT * FROM tickler_timeline ORDER BY id").fetchall() == before
+
+            now = db_now(raw)
+            [lease] = store.leases.claim(queue, worker="w1", limit=1, now=now)
+            expired = written(raw, lambda: store.leases.expire(now=now + timedelta(seconds=31)))
+            expect(expired, [("k", "lease_expired", "tickler", {"lease_id": lease.lease_id})])
+            replaced = written(
+                raw,
+                lambda: store.events.schedule_batch(
+                    queue, [NewEvent("k", {"v": 2})], actor="app", on_conflict="replace"
+                ),
+            )
+            expect(replaced, [("k", "replaced", "app", {"max_attempts": 2})])
+            assert replaced[0][3] == enqueued[0][3]
+            timeline = store.events.timeline("emails", "k")
+            assert [e.action for e in timeline] == ["enqueued", "claimed", "lease_expired", "replaced"]
+    finally:
+        engine.dispose()
+        pg.drop_database(admin_url, url)
 
 
 # -- the one place ---------------------------------------------------------------------------------
