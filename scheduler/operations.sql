@@ -45,16 +45,17 @@ changed AS (
     FROM revived AS r
     RETURNING *
 ),
-logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, clock.now, 'retried', :actor, c.schedule_on,
-           tickler_retried_details(r.budget, c.max_attempts, r.max_attempts, c.redeliver_count,
-                                   r.dequeued_on, c.last_error)
+logged AS (  -- tickler_timeline_write (migration 0061): read below, so that it runs
+    SELECT tickler_timeline_write(array_agg(ROW(
+               c.queue, c.item_key, c.id, clock.now, 'retried', CAST(:actor AS text), c.schedule_on,
+               tickler_retried_details(r.budget, c.max_attempts, r.max_attempts, c.redeliver_count,
+                                       r.dequeued_on, c.last_error)
+           )::tickler_timeline_row)) AS written
     FROM changed AS c JOIN revived AS r ON r.id = c.id CROSS JOIN clock
 ),
 wake AS (SELECT tickler_wake_if_sooner(c.queue, c.schedule_on) FROM changed AS c)  -- see 0018
 SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
-FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w CROSS JOIN logged AS l;
 
 -- name: retry_matching
 -- retry_event for every dead event of a queue with this group and/or key prefix that is its
@@ -97,18 +98,18 @@ changed AS (
     RETURNING *
 ),
 logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, clock.now, 'retried', :actor, c.schedule_on,
-           tickler_retried_details(r.budget, c.max_attempts, r.max_attempts, c.redeliver_count,
-                                   r.dequeued_on, c.last_error)
-           || jsonb_build_object('bulk', true)
+    SELECT tickler_timeline_write(array_agg(ROW(
+               c.queue, c.item_key, c.id, clock.now, 'retried', CAST(:actor AS text), c.schedule_on,
+               tickler_retried_details(r.budget, c.max_attempts, r.max_attempts, c.redeliver_count,
+                                       r.dequeued_on, c.last_error)
+               || jsonb_build_object('bulk', true)
+           )::tickler_timeline_row ORDER BY c.id)) AS written
     FROM changed AS c JOIN revived AS r ON r.id = c.id CROSS JOIN clock
-    ORDER BY c.id
 ),
 wake AS (
     SELECT pg_notify('tickler_wake', :queue) WHERE EXISTS (SELECT 1 FROM changed)
 )
-SELECT count(*) AS retried FROM changed CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+SELECT count(*) AS retried FROM changed CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w CROSS JOIN logged;
 
 -- name: set_queue_paused
 -- Pause or resume a queue; returns it (no row: no such queue). Dispatchers are told that its
@@ -158,16 +159,16 @@ changed AS (
     RETURNING e.*, o.lease_id AS old_lease_id
 ),
 logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, c.dequeued_on, 'cancelled', c.dequeued_by, c.schedule_on,
-           CASE WHEN c.old_lease_id IS NULL THEN jsonb_build_object('reason', 'queue deleted')
-                ELSE tickler_with_claim(jsonb_build_object('reason', 'queue deleted'), c.dequeued_on, c.dequeued_by,
-                                        c.schedule_on, c.claimed_on, c.claimed_by, c.claimed_expires_on,
-                                        c.old_lease_id, c.redeliver_count + 1, c.group_key, c.schedule_on) END
+    SELECT tickler_timeline_write(array_agg(ROW(
+               c.queue, c.item_key, c.id, c.dequeued_on, 'cancelled', c.dequeued_by, c.schedule_on,
+               CASE WHEN c.old_lease_id IS NULL THEN jsonb_build_object('reason', 'queue deleted')
+                    ELSE tickler_with_claim(jsonb_build_object('reason', 'queue deleted'), c.dequeued_on, c.dequeued_by,
+                                            c.schedule_on, c.claimed_on, c.claimed_by, c.claimed_expires_on,
+                                            c.old_lease_id, c.redeliver_count + 1, c.group_key, c.schedule_on) END
+           )::tickler_timeline_row ORDER BY c.id)) AS written
     FROM changed AS c
-    ORDER BY c.id
 )
-SELECT count(*) AS cancelled FROM changed;
+SELECT count(*) AS cancelled FROM changed CROSS JOIN logged;
 
 -- name: delete_queue_events
 -- Remove a deleted queue's (finished, so history's) events; their timeline stays (it has no

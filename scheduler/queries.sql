@@ -105,14 +105,15 @@ changed AS (
     WHERE e.id = :id AND e.dequeued_on IS NULL AND e.lease_id IS NULL
     RETURNING e.*
 ),
-logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, clock.now, :action, :actor, c.schedule_on, CAST(:details AS jsonb)
+logged AS (  -- tickler_timeline_write (migration 0061): read below, so that it runs
+    SELECT tickler_timeline_write(array_agg(ROW(
+               c.queue, c.item_key, c.id, clock.now, CAST(:action AS text), CAST(:actor AS text), c.schedule_on,
+               CAST(:details AS jsonb))::tickler_timeline_row)) AS written
     FROM changed AS c CROSS JOIN clock
 ),
 wake AS (SELECT tickler_wake_if_sooner(c.queue, c.schedule_on) FROM changed AS c)  -- see 0018
 SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
-FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w CROSS JOIN logged AS l;
 
 -- name: cancel_event
 -- Cancel a locked, open, unleased event.
@@ -125,13 +126,13 @@ changed AS (
     RETURNING e.*
 ),
 logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, c.dequeued_on, 'cancelled', c.dequeued_by, c.schedule_on,
-           jsonb_strip_nulls(jsonb_build_object('reason', CAST(:reason AS text)))
+    SELECT tickler_timeline_write(array_agg(ROW(
+               c.queue, c.item_key, c.id, c.dequeued_on, 'cancelled', c.dequeued_by, c.schedule_on,
+               jsonb_strip_nulls(jsonb_build_object('reason', CAST(:reason AS text))))::tickler_timeline_row)) AS written
     FROM changed AS c
 )
 SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
-FROM changed AS c CROSS JOIN clock;
+FROM changed AS c CROSS JOIN clock CROSS JOIN logged AS l;
 
 -- name: cancel_matching
 -- Cancel every open event of a queue with this group and/or key prefix that is not in flight.
@@ -166,8 +167,9 @@ died AS (  -- those on their last attempt die, as the reaper has them
     WHERE EXISTS (SELECT 1 FROM matching WHERE dies)
 ),
 logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, c.dequeued_on, a.action, a.actor, c.schedule_on, a.details
+    SELECT tickler_timeline_write(array_agg(ROW(
+               c.queue, c.item_key, c.id, c.dequeued_on, a.action, a.actor, c.schedule_on, a.details
+           )::tickler_timeline_row ORDER BY c.id, a.step)) AS written
     FROM changed AS c
     LEFT JOIN matching AS x ON x.id = c.id AND x.lease_id IS NOT NULL
     CROSS JOIN LATERAL (VALUES
@@ -180,9 +182,8 @@ logged AS (
          jsonb_strip_nulls(jsonb_build_object('reason', CAST(:reason AS text), 'bulk', true)))
     ) AS a (step, action, actor, details)
     WHERE a.step = 2 OR x.id IS NOT NULL
-    ORDER BY c.id, a.step
 )
-SELECT count(*) AS cancelled FROM changed CROSS JOIN died;
+SELECT count(*) AS cancelled FROM changed CROSS JOIN died CROSS JOIN logged;
 
 -- name: expire_leases
 -- The reaper: end leases whose time is up (optionally only in one queue) with
@@ -399,19 +400,19 @@ claimed AS (
     RETURNING e.*
 ),
 logged AS (  -- the expired leases this claim ended
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, c.claimed_on, 'lease_expired', 'tickler', c.schedule_on,
-           tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
-                              c.claimed_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
-                              x.claimed_expires_on, x.lease_id, x.attempt, c.group_key, c.schedule_on)
+    SELECT tickler_timeline_write(array_agg(ROW(
+               c.queue, c.item_key, c.id, c.claimed_on, 'lease_expired', 'tickler', c.schedule_on,
+               tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
+                                  c.claimed_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
+                                  x.claimed_expires_on, x.lease_id, x.attempt, c.group_key, c.schedule_on)
+           )::tickler_timeline_row ORDER BY c.id)) AS written
     FROM claimed AS c
     JOIN expired AS x ON x.id = c.id
-    ORDER BY c.id
 )
 -- One row per claimed event, with whether its claim ended an expired lease; `died`: how many
 -- events died of an expired lease (also on the one row of NULLs when nothing was claimed).
 SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died
-FROM died AS d LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
+FROM died AS d CROSS JOIN logged AS l LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
 ORDER BY c.priority DESC, c.schedule_on, c.id;
 
 -- name: claim_events_round_robin
@@ -473,19 +474,19 @@ claimed AS (
     RETURNING e.*
 ),
 logged AS (  -- the expired leases this claim ended
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, c.claimed_on, 'lease_expired', 'tickler', c.schedule_on,
-           tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
-                              c.claimed_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
-                              x.claimed_expires_on, x.lease_id, x.attempt, c.group_key, c.schedule_on)
+    SELECT tickler_timeline_write(array_agg(ROW(
+               c.queue, c.item_key, c.id, c.claimed_on, 'lease_expired', 'tickler', c.schedule_on,
+               tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
+                                  c.claimed_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
+                                  x.claimed_expires_on, x.lease_id, x.attempt, c.group_key, c.schedule_on)
+           )::tickler_timeline_row ORDER BY c.id)) AS written
     FROM claimed AS c
     JOIN expired AS x ON x.id = c.id
-    ORDER BY c.id
 )
 -- As claim_events: one row per claimed event (the expired first, then in the order handed out),
 -- with whether its claim ended an expired lease; `died` also on the one row of NULLs.
 SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died
-FROM died AS d LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
+FROM died AS d CROSS JOIN logged AS l LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
 LEFT JOIN picked AS p ON true
 ORDER BY x.id IS NULL, array_position(p.ids, c.id), c.id;
 
@@ -723,14 +724,15 @@ moved AS (
     FROM finished
 ),
 logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT queue, item_key, id, dequeued_on, 'delivered', dequeued_by, schedule_on,
-           -- :trace_ids (SPEC §11): {lease_id: the trace id of the attempt}, or NULL (tracing off)
-           tickler_with_claim(jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1)
-                              || jsonb_strip_nulls(jsonb_build_object(
-                                     'trace_id', CAST(:trace_ids AS jsonb) ->> CAST(lease_id AS text))),
-                              dequeued_on, dequeued_by, schedule_on, claimed_on, claimed_by, claimed_expires_on,
-                              lease_id, redeliver_count + 1, group_key, schedule_on)
+    SELECT tickler_timeline_write(array_agg(ROW(
+               queue, item_key, id, dequeued_on, 'delivered', dequeued_by, schedule_on,
+               -- :trace_ids (SPEC §11): {lease_id: the trace id of the attempt}, or NULL (tracing off)
+               tickler_with_claim(jsonb_build_object('lease_id', lease_id, 'attempt', redeliver_count + 1)
+                                  || jsonb_strip_nulls(jsonb_build_object(
+                                         'trace_id', CAST(:trace_ids AS jsonb) ->> CAST(lease_id AS text))),
+                                  dequeued_on, dequeued_by, schedule_on, claimed_on, claimed_by, claimed_expires_on,
+                                  lease_id, redeliver_count + 1, group_key, schedule_on)
+           )::tickler_timeline_row)) AS written
     FROM finished
 ),
 wake AS (
@@ -738,7 +740,7 @@ wake AS (
     SELECT pg_notify('tickler_wake', queue) FROM (SELECT DISTINCT queue FROM finished WHERE group_key IS NOT NULL) AS q
 )
 SELECT f.lease_id, f.queue, count(*) AS events
-FROM finished AS f CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w
+FROM finished AS f CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w CROSS JOIN logged AS l
 GROUP BY f.lease_id, f.queue;
 
 -- name: fail_lease
@@ -778,27 +780,28 @@ changed AS (
     RETURNING e.*, f.is_dead, f.claim_schedule_on, CAST(:lease_id AS uuid) AS old_lease_id
 ),
 logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT c.queue, c.item_key, c.id, clock.now,
-           CASE WHEN c.is_dead THEN 'dead' ELSE 'failed' END, c.claimed_by, c.schedule_on,
-           tickler_with_claim(jsonb_strip_nulls(jsonb_build_object(
-               'lease_id', c.old_lease_id,
-               'attempt', c.redeliver_count,
-               'trace_id', CAST(:trace_id AS text),  -- the attempt's trace (SPEC §11), when traced
-               'error', c.last_error,
-               'retry_at', CASE WHEN c.is_dead THEN NULL ELSE c.schedule_on END,
-               'reason', CASE WHEN NOT c.is_dead THEN NULL
-                              WHEN CAST(:dead AS boolean) THEN 'receiver said stop'
-                              ELSE 'attempts exhausted' END)),
-               clock.now, c.claimed_by, c.schedule_on, c.claimed_on, c.claimed_by, c.claimed_expires_on,
-               c.old_lease_id, c.redeliver_count, c.group_key, c.claim_schedule_on)
+    SELECT tickler_timeline_write(array_agg(ROW(
+               c.queue, c.item_key, c.id, clock.now,
+               CASE WHEN c.is_dead THEN 'dead' ELSE 'failed' END, c.claimed_by, c.schedule_on,
+               tickler_with_claim(jsonb_strip_nulls(jsonb_build_object(
+                   'lease_id', c.old_lease_id,
+                   'attempt', c.redeliver_count,
+                   'trace_id', CAST(:trace_id AS text),  -- the attempt's trace (SPEC §11), when traced
+                   'error', c.last_error,
+                   'retry_at', CASE WHEN c.is_dead THEN NULL ELSE c.schedule_on END,
+                   'reason', CASE WHEN NOT c.is_dead THEN NULL
+                                  WHEN CAST(:dead AS boolean) THEN 'receiver said stop'
+                                  ELSE 'attempts exhausted' END)),
+                   clock.now, c.claimed_by, c.schedule_on, c.claimed_on, c.claimed_by, c.claimed_expires_on,
+                   c.old_lease_id, c.redeliver_count, c.group_key, c.claim_schedule_on)
+           )::tickler_timeline_row)) AS written
     FROM changed AS c CROSS JOIN clock
 ),
 wake AS (
     SELECT pg_notify('tickler_wake', queue) FROM (SELECT DISTINCT queue FROM changed WHERE group_key IS NOT NULL) AS q
 )
 SELECT c.id, c.queue, c.is_dead, c.schedule_on, c.redeliver_count
-FROM changed AS c CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+FROM changed AS c CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w CROSS JOIN logged AS l;
 
 -- name: extend_lease
 -- Push a live lease's expiry to :seconds from now; returns the new expiry (no row: stale lease).
@@ -824,16 +827,17 @@ released AS (
     RETURNING e.*, CAST(:actor AS text) AS actor, l.lease_id AS old_lease_id
 ),
 logged AS (
-    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-    SELECT r.queue, r.item_key, r.id, clock.now, 'released', r.actor, r.schedule_on,
-           tickler_with_claim('{}', clock.now, r.actor, r.schedule_on, r.claimed_on, r.claimed_by,
-                              r.claimed_expires_on, r.old_lease_id, r.redeliver_count + 1, r.group_key, r.schedule_on)
+    SELECT tickler_timeline_write(array_agg(ROW(
+               r.queue, r.item_key, r.id, clock.now, 'released', r.actor, r.schedule_on,
+               tickler_with_claim('{}', clock.now, r.actor, r.schedule_on, r.claimed_on, r.claimed_by,
+                                  r.claimed_expires_on, r.old_lease_id, r.redeliver_count + 1, r.group_key, r.schedule_on)
+           )::tickler_timeline_row)) AS written
     FROM released AS r CROSS JOIN clock
 ),
 wake AS (
     SELECT pg_notify('tickler_wake', queue) FROM (SELECT DISTINCT queue FROM released) AS q
 )
-SELECT r.id FROM released AS r CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+SELECT r.id FROM released AS r CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w CROSS JOIN logged AS l;
 
 -- name: lease_queue
 -- The queue a live lease belongs to (NULL: no such live lease).

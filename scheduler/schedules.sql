@@ -69,21 +69,23 @@ LIMIT :limit;
 
 -- name: log_schedule_change
 -- A schedule's change, in the timeline of the key {schedule_key} (no event: event_id NULL).
-INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-VALUES (:queue, :schedule_key, NULL, coalesce(CAST(:now AS timestamptz), now()), :action, :actor,
-        :schedule_on, CAST(:details AS jsonb));
+SELECT tickler_timeline_write(ARRAY[ROW(
+    CAST(:queue AS text), CAST(:schedule_key AS text), NULL, coalesce(CAST(:now AS timestamptz), now()),
+    CAST(:action AS text), CAST(:actor AS text), CAST(:schedule_on AS timestamptz), CAST(:details AS jsonb)
+)::tickler_timeline_row]);
 
 -- name: log_queue_schedules_deleted
 -- A queue is being deleted: each of its schedules (removed by ON DELETE CASCADE) gets its
 -- schedule_deleted entry, as if deleted one by one.
-INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
-SELECT s.queue, s.schedule_key, NULL, coalesce(CAST(:now AS timestamptz), now()), 'schedule_deleted', :actor, NULL,
-       jsonb_strip_nulls(jsonb_build_object(
-           'reason', 'queue deleted', 'cron', s.cron, 'timezone', s.timezone, 'catch_up', s.catch_up,
-           'paused', s.paused, 'group_key', s.group_key))
+SELECT tickler_timeline_write(array_agg(ROW(
+           s.queue, s.schedule_key, NULL, coalesce(CAST(:now AS timestamptz), now()), 'schedule_deleted',
+           CAST(:actor AS text), NULL,
+           jsonb_strip_nulls(jsonb_build_object(
+               'reason', 'queue deleted', 'cron', s.cron, 'timezone', s.timezone, 'catch_up', s.catch_up,
+               'paused', s.paused, 'group_key', s.group_key))
+       )::tickler_timeline_row ORDER BY s.schedule_key))
 FROM tickler_schedule AS s
-WHERE s.queue = :name
-ORDER BY s.schedule_key;
+WHERE s.queue = :name;
 
 
 -- name: set_schedule_trace

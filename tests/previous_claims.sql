@@ -217,3 +217,23 @@ wake AS (
 )
 SELECT c.id, c.queue, c.is_dead, c.schedule_on, c.redeliver_count
 FROM changed AS c CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
+
+-- name: cancel_event
+-- The cancel of a locked, open, unleased event before migration 0061 (its own timeline insert;
+-- this release's hands its entry to tickler_timeline_write(), which the previous schema lacks).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+changed AS (
+    UPDATE tickler_event AS e
+    SET dequeued_on = clock.now, dequeued_by = :actor, outcome = 'cancelled', version = e.version + 1
+    FROM clock
+    WHERE e.id = :id AND e.dequeued_on IS NULL AND e.lease_id IS NULL
+    RETURNING e.*
+),
+logged AS (
+    INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, schedule_on, details)
+    SELECT c.queue, c.item_key, c.id, c.dequeued_on, 'cancelled', c.dequeued_by, c.schedule_on,
+           jsonb_strip_nulls(jsonb_build_object('reason', CAST(:reason AS text)))
+    FROM changed AS c
+)
+SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
+FROM changed AS c CROSS JOIN clock;
