@@ -72,11 +72,20 @@ def test_queue_page_charts_refresh_count_and_pages(
     before = int(pending.inner_text().replace("\u202f", ""))
     store.events.schedule(store.queues.get("emails"), NewEvent(item_key="new:1", data={}), actor="svc")
     expect(pending).to_have_text(str(before + 1), timeout=8_000)  # swapped in place, no reload
-    first_rows = page.locator("table.events tbody tr").all_inner_texts()
-    page.click("a[rel=next]")
-    assert page.locator("table.events tbody tr").all_inner_texts() != first_rows
-    page.click("a[rel=prev]")
-    assert page.locator("table.events tbody tr").all_inner_texts() == first_rows
+    rows = page.locator("table.events tbody tr")
+    first_rows = rows.all_inner_texts()
+    follow(page, "a[rel=next]")
+    assert rows.all_inner_texts() not in ([], first_rows)
+    follow(page, "a[rel=prev]")
+    assert rows.all_inner_texts() == first_rows
+
+
+def follow(page: Any, link: str) -> None:
+    """Click a link and wait until the page it leads to has loaded: a click only starts the
+    navigation, and rows read before it ends are the old page's or none at all."""
+    href = page.locator(link).get_attribute("href")
+    page.click(link)
+    page.wait_for_url(re.compile(re.escape(href) + "$"), wait_until="load")
 
 
 def test_schedules_settings_and_tokens_as_an_admin(
