@@ -20,13 +20,15 @@ FROM tickler_timeline
 
 -- name: source_archive_events
 -- Whole rows of the events of unfinished archive runs, with their run and finish date (UTC).
+-- Each is found by its history index in its day, as its item recorded them (migration 0063).
 SELECT e.id, e.queue, e.item_key, e.group_key, e.schedule_on, CAST(e.data AS text) AS data,
        e.enqueued_on, e.enqueued_by, e.dequeued_on, e.dequeued_by, e.outcome, e.claimed_on, e.claimed_by,
        CAST(e.lease_id AS text) AS lease_id, e.lease_expires_on, e.redeliver_count, e.max_attempts,
        e.last_error, e.version,
        i.run_id, to_char(e.dequeued_on AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS date
-FROM tickler_event_history AS e
-JOIN tickler_archive_item AS i ON i.event_id = e.id
+FROM tickler_archive_item AS i
+JOIN tickler_event_history AS e ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id
+                                  AND e.dequeued_on = i.dequeued_on
 
 -- name: source_archive_timeline
 -- Timeline entries of the events of unfinished archive runs, filed under their event's finish date.
@@ -37,7 +39,7 @@ SELECT t.event_id, t.id, t.queue, t.item_key, t.at, t.action, t.actor, t.schedul
        CAST(t.details AS text) AS details,
        i.run_id, to_char(e.dequeued_on AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS date
 FROM tickler_archive_item AS i
-JOIN tickler_event_history AS e ON e.id = i.event_id
+JOIN tickler_event_history AS e ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id AND e.dequeued_on = i.dequeued_on
 JOIN tickler_timeline AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
 
 -- name: id_bounds_events
@@ -81,9 +83,10 @@ VALUES (%(cutoff)s, %(location)s, 0, 0, 0, 0)
 RETURNING id
 
 -- name: select_run_events
--- Fix the run's events: finished before the cut-off (at most :limit, oldest ids first).
-INSERT INTO tickler_archive_item (run_id, event_id)
-SELECT %(run_id)s, e.id
+-- Fix the run's events: finished before the cut-off (at most :limit, oldest ids first), with
+-- what finds each in history again (its queue, schedule_on and day: history has no index by id).
+INSERT INTO tickler_archive_item (run_id, event_id, queue, schedule_on, dequeued_on)
+SELECT %(run_id)s, e.id, e.queue, e.schedule_on, e.dequeued_on
 FROM tickler_event_history AS e
 WHERE e.dequeued_on IS NOT NULL AND e.dequeued_on < %(cutoff)s
 ORDER BY e.id
@@ -98,7 +101,7 @@ FROM (SELECT count(*) AS n, coalesce(sum(event_id), 0) AS id_sum, min(event_id) 
       FROM tickler_archive_item WHERE run_id = %(run_id)s) AS ev,
      (SELECT count(*) AS n, coalesce(sum(t.id), 0) AS id_sum
       FROM tickler_archive_item AS i
-      JOIN tickler_event_history AS e ON e.id = i.event_id
+      JOIN tickler_event_history AS e ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id AND e.dequeued_on = i.dequeued_on
       JOIN tickler_timeline AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
       WHERE i.run_id = %(run_id)s) AS tl
 WHERE r.id = %(run_id)s
@@ -118,14 +121,16 @@ SELECT * FROM tickler_archive_run WHERE id = %(run_id)s AND state = 'written' FO
 -- Remove the run's timeline entries (tickler.archiving must be on in this transaction), found
 -- through their key as source_archive_timeline finds them (their events are still there).
 DELETE FROM tickler_timeline AS t
-USING tickler_archive_item AS i JOIN tickler_event_history AS e ON e.id = i.event_id
+USING tickler_archive_item AS i
+JOIN tickler_event_history AS e ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id AND e.dequeued_on = i.dequeued_on
 WHERE i.run_id = %(run_id)s AND t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
 
 -- name: record_archived_keys
 -- Tell the timeline where each key's older history went.
 INSERT INTO tickler_archived_key AS k (queue, item_key, first_archive_id, archive_id, archived_through, events)
 SELECT e.queue, e.item_key, %(run_id)s, %(run_id)s, max(e.dequeued_on), count(*)
-FROM tickler_event_history AS e JOIN tickler_archive_item AS i ON i.event_id = e.id
+FROM tickler_archive_item AS i
+JOIN tickler_event_history AS e ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id AND e.dequeued_on = i.dequeued_on
 WHERE i.run_id = %(run_id)s
 GROUP BY e.queue, e.item_key
 ORDER BY e.queue, e.item_key
@@ -138,7 +143,7 @@ SET archive_id = excluded.archive_id,
 -- Remove the run's events (finished: in the history).
 DELETE FROM tickler_event_history AS e
 USING tickler_archive_item AS i
-WHERE i.run_id = %(run_id)s AND e.id = i.event_id
+WHERE i.run_id = %(run_id)s AND e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id AND e.dequeued_on = i.dequeued_on
 
 -- name: delete_run_items
 -- The run's id list is no longer needed once its events are gone (the ledger keeps the counts).

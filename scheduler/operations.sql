@@ -11,8 +11,8 @@
 -- max_attempts, or the budget its last retry recorded. `redeliver_count` never goes back, so the
 -- budget is counted from now: max_attempts becomes redeliver_count + budget.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-latest AS (
-    SELECT t.event_id FROM tickler_timeline AS t
+latest AS (  -- its finish, when dead: the day, queue and schedule_on that find it in history (0063)
+    SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline AS t
     WHERE t.queue = :queue AND t.item_key = :item_key
     ORDER BY t.id DESC LIMIT 1
 ),
@@ -24,15 +24,25 @@ target AS (
            coalesce((SELECT CAST(r.details ->> 'attempts' AS integer) FROM tickler_timeline AS r
                      WHERE r.queue = e.queue AND r.item_key = e.item_key AND r.event_id = e.id
                        AND r.action = 'retried'
-                     ORDER BY r.id DESC LIMIT 1), e.max_attempts) AS budget
-    FROM tickler_event_history AS e CROSS JOIN clock
-    WHERE e.id = (SELECT event_id FROM latest) AND e.queue = :queue AND e.outcome = 'dead'
+                     ORDER BY r.id DESC LIMIT 1), e.max_attempts) AS budget,
+           e.dequeued_on, e.schedule_on AS old_schedule_on
+    FROM latest AS l
+    JOIN tickler_event_history AS e
+      ON e.queue = :queue AND e.schedule_on = l.schedule_on AND e.id = l.event_id
+     AND e.dequeued_on >= (date_trunc('day', l.at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')
+     AND e.dequeued_on < (date_trunc('day', l.at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') + interval '24 hours'
+    CROSS JOIN clock
+    WHERE e.item_key = :item_key AND e.outcome = 'dead'
     FOR UPDATE OF e
 ),
-revived AS (
+revived AS (  -- by the history's (queue, schedule_on, id) index in the row's day (no index by id: 0063);
+              -- the target's values as parameters, so that every probe holds all three
     DELETE FROM tickler_event_history AS e
     USING target AS t
-    WHERE e.id = t.id AND e.outcome = 'dead'
+    WHERE e.queue = :queue AND e.schedule_on = (SELECT old_schedule_on FROM target)
+      AND e.id = (SELECT id FROM target) AND e.dequeued_on = (SELECT dequeued_on FROM target)
+      AND e.id = t.id  -- dead: the target checked it under its row lock (and said here, the planner
+                       -- of a fresh install reads the queue's dead events on their partial index)
     RETURNING e.*, t.schedule_on AS new_schedule_on, t.budget
 ),
 changed AS (
@@ -68,7 +78,8 @@ target AS (
            coalesce((SELECT CAST(r.details ->> 'attempts' AS integer) FROM tickler_timeline AS r
                      WHERE r.queue = e.queue AND r.item_key = e.item_key AND r.event_id = e.id
                        AND r.action = 'retried'
-                     ORDER BY r.id DESC LIMIT 1), e.max_attempts) AS budget
+                     ORDER BY r.id DESC LIMIT 1), e.max_attempts) AS budget,
+           e.schedule_on, e.dequeued_on
     FROM tickler_event_history AS e
     WHERE e.queue = :queue AND e.outcome = 'dead'
       AND (CAST(:group_key AS text) IS NULL OR e.group_key = CAST(:group_key AS text) COLLATE "C")
@@ -81,10 +92,12 @@ target AS (
                       WHERE o.queue = e.queue AND o.item_key = e.item_key AND o.dequeued_on IS NULL)
     FOR UPDATE OF e SKIP LOCKED
 ),
-revived AS (
+revived AS (  -- as retry_event's (no index by id: 0063)
     DELETE FROM tickler_event_history AS e
     USING target AS t
-    WHERE e.id = t.id AND e.outcome = 'dead'
+    WHERE e.queue = :queue AND e.schedule_on = ANY(ARRAY(SELECT schedule_on FROM target))
+      AND e.id = ANY(ARRAY(SELECT id FROM target))
+      AND e.schedule_on = t.schedule_on AND e.id = t.id AND e.dequeued_on = t.dequeued_on  -- dead: as retry_event's
     RETURNING e.*, t.budget
 ),
 changed AS (
@@ -138,8 +151,8 @@ SELECT count(*) AS n FROM (
 -- name: queue_in_archive_run
 -- Whether an unfinished archive run selected events of this queue (it must finish first).
 SELECT EXISTS (
-    SELECT 1 FROM tickler_archive_item AS i JOIN tickler_event_history AS e ON e.id = i.event_id
-    WHERE e.queue = :name
+    SELECT 1 FROM tickler_archive_item AS i
+    WHERE i.queue = :name  -- recorded with the item (0063); a run selects finished events only
 ) AS found;
 
 -- name: cancel_queue_events

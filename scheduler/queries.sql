@@ -9,8 +9,9 @@
 --   * Statements that return events return whole rows plus `status` (tickler_status()).
 --   * tickler_event holds open events only. A statement that finishes events (sets dequeued_on)
 --     still updates them there, and returns them; the same statement moves them into
---     tickler_event_history (tickler_move_finished, migration 0021). Reads of any event, open or
---     finished, go through tickler_event_all.
+--     tickler_event_history (tickler_move_finished, migration 0021). Reads of an event, open or
+--     finished, read tickler_event, then history through the key's timeline
+--     (tickler_history_event, migration 0063: history has no index by id alone).
 
 -- name: schedule_one
 -- Schedule one event through tickler_schedule() (migration 0008: the one path that writes events,
@@ -67,21 +68,52 @@ FROM tickler_event AS e
 WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL;
 
 -- name: get_latest_event
--- The open event of a key, else its most recent one (found through the key's timeline; a
--- finished event is in the history).
-SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status
-FROM tickler_event_all AS e
-WHERE e.id = coalesce(
-    (SELECT id FROM tickler_event
-     WHERE queue = :queue AND item_key = :item_key AND dequeued_on IS NULL),
-    (SELECT event_id FROM tickler_timeline
-     WHERE queue = :queue AND item_key = :item_key AND event_id IS NOT NULL ORDER BY id DESC LIMIT 1));
+-- The open event of a key, else its most recent one: the event of the key's newest timeline entry,
+-- found in history by that entry (a finished event's last entry is its finish: its day, queue
+-- and schedule_on; tickler_history_event, migration 0063).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+open_event AS (
+    SELECT e.* FROM tickler_event AS e
+    WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL
+),
+latest AS (
+    SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline AS t
+    WHERE t.queue = :queue AND t.item_key = :item_key AND t.event_id IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM open_event)
+    ORDER BY t.id DESC LIMIT 1
+)
+SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, clock.now) AS status
+FROM open_event AS e CROSS JOIN clock
+UNION ALL
+SELECT h.*, tickler_status(h.outcome, h.lease_expires_on, clock.now) AS status
+FROM latest AS l CROSS JOIN clock
+CROSS JOIN LATERAL tickler_history_event(CAST(:queue AS text), l.event_id, l.schedule_on, l.at) AS h;
 
 -- name: get_events_by_id
--- Events by id, open or finished, in no particular order.
-SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, coalesce(CAST(:now AS timestamptz), now())) AS status
-FROM tickler_event_all AS e
-WHERE e.id = ANY(CAST(:ids AS bigint[]));
+-- Events of one key by id, open or finished, in no particular order. A finished one is found
+-- through its newest entry in the key's timeline (tickler_history_event, migration 0063).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+wanted AS (SELECT DISTINCT w.id FROM unnest(CAST(:ids AS bigint[])) AS w (id)),
+open_events AS (
+    SELECT e.* FROM tickler_event AS e
+    WHERE e.id = ANY(CAST(:ids AS bigint[])) AND e.queue = :queue AND e.item_key = :item_key
+),
+finished AS (
+    SELECT w.id, l.at, l.schedule_on
+    FROM wanted AS w
+    CROSS JOIN LATERAL (
+        SELECT t.at, t.schedule_on FROM tickler_timeline AS t
+        WHERE t.queue = :queue AND t.item_key = :item_key AND t.event_id = w.id
+        ORDER BY t.id DESC LIMIT 1
+    ) AS l
+    WHERE w.id NOT IN (SELECT id FROM open_events)
+)
+SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, clock.now) AS status
+FROM open_events AS e CROSS JOIN clock
+UNION ALL
+SELECT h.*, tickler_status(h.outcome, h.lease_expires_on, clock.now) AS status
+FROM finished AS f CROSS JOIN clock
+CROSS JOIN LATERAL tickler_history_event(CAST(:queue AS text), f.id, f.schedule_on, f.at) AS h;
 
 -- name: lock_open_event
 -- The open event of a key, locked for a change in this transaction, with the time to act at. A
@@ -315,6 +347,46 @@ SELECT min(next_on) AS next_on, clock_timestamp() AS db_now FROM (
 -- Record when the dispatchers of these queues will look next (under prepare_to_sleep's lock).
 UPDATE tickler_queue SET next_wake = :next_wake WHERE name = ANY(CAST(:queues AS text[]));
 
+-- fragment: claim_ended_leases
+-- The end of claim_events and claim_events_round_robin, shared word for word: each defines `clock`,
+-- `expired` (the queue's expired leases it locked: id, the lease's columns, attempt, dies) and
+-- `chosen` (the unleased events it locked, in order: id) before it. `died` ends the expired leases
+-- that were their events' last attempt (tickler_end_expired_leases); `claimed` leases the others
+-- and the chosen events, at most :limit; `logged` writes the 'lease_expired' entry of each
+-- expired lease the claim ended.
+died AS (  -- the function is called only when one dies (it is planned at every call)
+    SELECT count(*) AS n
+    FROM tickler_end_expired_leases(ARRAY(SELECT id FROM expired WHERE dies), 'tickler', (SELECT now FROM clock))
+    WHERE EXISTS (SELECT 1 FROM expired WHERE dies)
+),
+claimed AS (
+    UPDATE tickler_event AS e
+    SET claimed_on = clock.now,
+        claimed_by = :worker,
+        lease_id = gen_random_uuid(),
+        lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
+        -- an expired lease ends here: the attempt it was counts (see expired)
+        redeliver_count = e.redeliver_count + CASE WHEN e.lease_id IS NULL THEN 0 ELSE 1 END,
+        last_error = CASE WHEN e.lease_id IS NULL THEN e.last_error ELSE 'lease expired' END,
+        version = e.version + 1
+    FROM clock
+    -- = ANY(ARRAY(...)) and not a join: a join lets the planner hash-join a sequential scan of
+    -- the whole table once it believes the candidates are many; this is always primary-key lookups.
+    WHERE e.id = ANY(ARRAY((SELECT id FROM expired WHERE NOT dies) UNION ALL (SELECT id FROM chosen) LIMIT :limit))
+    RETURNING e.*
+),
+logged AS (  -- the expired leases this claim ended
+    SELECT tickler_timeline_write(array_agg(ROW(
+               c.queue, c.item_key, c.id, c.claimed_on, 'lease_expired', 'tickler', c.schedule_on,
+               tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
+                                  c.claimed_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
+                                  x.claimed_expires_on, x.lease_id, x.attempt, c.group_key, c.schedule_on)
+           )::tickler_timeline_row ORDER BY c.id)) AS written
+    FROM claimed AS c
+    JOIN expired AS x ON x.id = c.id
+)
+
 -- name: claim_events
 -- Lease up to :limit due, ungrouped events of a queue, one lease each, skipping rows that other
 -- transactions hold. Returns the claimed events. An event whose lease expired and was not ended
@@ -358,12 +430,7 @@ expired AS (
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ),
-died AS (  -- the function is called only when one dies (it is planned at every call)
-    SELECT count(*) AS n
-    FROM tickler_end_expired_leases(ARRAY(SELECT id FROM expired WHERE dies), 'tickler', (SELECT now FROM clock))
-    WHERE EXISTS (SELECT 1 FROM expired WHERE dies)
-),
-candidates AS (
+chosen AS (  -- the unleased due events, in claim order
     SELECT c.id FROM levels AS l
     CROSS JOIN LATERAL (
         SELECT e.id FROM tickler_event AS e
@@ -382,33 +449,7 @@ candidates AS (
     WHERE l.priority IS NOT NULL
     LIMIT :limit
 ),
-claimed AS (
-    UPDATE tickler_event AS e
-    SET claimed_on = clock.now,
-        claimed_by = :worker,
-        lease_id = gen_random_uuid(),
-        lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
-        claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
-        -- an expired lease ends here: the attempt it was counts (see expired)
-        redeliver_count = e.redeliver_count + CASE WHEN e.lease_id IS NULL THEN 0 ELSE 1 END,
-        last_error = CASE WHEN e.lease_id IS NULL THEN e.last_error ELSE 'lease expired' END,
-        version = e.version + 1
-    FROM clock
-    -- = ANY(ARRAY(...)) and not a join: a join lets the planner hash-join a sequential scan of
-    -- the whole table once it believes the candidates are many; this is always primary-key lookups.
-    WHERE e.id = ANY(ARRAY((SELECT id FROM expired WHERE NOT dies) UNION ALL (SELECT id FROM candidates) LIMIT :limit))
-    RETURNING e.*
-),
-logged AS (  -- the expired leases this claim ended
-    SELECT tickler_timeline_write(array_agg(ROW(
-               c.queue, c.item_key, c.id, c.claimed_on, 'lease_expired', 'tickler', c.schedule_on,
-               tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
-                                  c.claimed_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
-                                  x.claimed_expires_on, x.lease_id, x.attempt, c.group_key, c.schedule_on)
-           )::tickler_timeline_row ORDER BY c.id)) AS written
-    FROM claimed AS c
-    JOIN expired AS x ON x.id = c.id
-)
+-- include: claim_ended_leases
 -- One row per claimed event, with whether its claim ended an expired lease; `died`: how many
 -- events died of an expired lease (also on the one row of NULLs when nothing was claimed).
 SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died
@@ -448,41 +489,13 @@ expired AS (  -- leases whose time is up (the lease test of expiry, as in claim_
     LIMIT :limit
     FOR UPDATE OF e SKIP LOCKED
 ),
-died AS (  -- the function is called only when one dies (it is planned at every call)
-    SELECT count(*) AS n
-    FROM tickler_end_expired_leases(ARRAY(SELECT id FROM expired WHERE dies), 'tickler', (SELECT now FROM clock))
-    WHERE EXISTS (SELECT 1 FROM expired WHERE dies)
-),
 picked AS MATERIALIZED (  -- the unleased events: tickler_fair_claimable, read by the pick only
     SELECT tickler_fair_pick(:queue, clock.now, :limit - (SELECT count(*) FROM expired WHERE NOT dies)::integer,
                              NULL) AS ids
     FROM clock WHERE EXISTS (SELECT 1 FROM open_to_us)
 ),
-claimed AS (
-    UPDATE tickler_event AS e
-    SET claimed_on = clock.now,
-        claimed_by = :worker,
-        lease_id = gen_random_uuid(),
-        lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
-        claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
-        -- an expired lease ends here: the attempt it was counts (see expired)
-        redeliver_count = e.redeliver_count + CASE WHEN e.lease_id IS NULL THEN 0 ELSE 1 END,
-        last_error = CASE WHEN e.lease_id IS NULL THEN e.last_error ELSE 'lease expired' END,
-        version = e.version + 1
-    FROM clock
-    WHERE e.id = ANY(ARRAY((SELECT id FROM expired WHERE NOT dies) UNION ALL (SELECT unnest(ids) FROM picked)))
-    RETURNING e.*
-),
-logged AS (  -- the expired leases this claim ended
-    SELECT tickler_timeline_write(array_agg(ROW(
-               c.queue, c.item_key, c.id, c.claimed_on, 'lease_expired', 'tickler', c.schedule_on,
-               tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
-                                  c.claimed_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
-                                  x.claimed_expires_on, x.lease_id, x.attempt, c.group_key, c.schedule_on)
-           )::tickler_timeline_row ORDER BY c.id)) AS written
-    FROM claimed AS c
-    JOIN expired AS x ON x.id = c.id
-)
+chosen AS (SELECT unnest(ids) AS id FROM picked),
+-- include: claim_ended_leases
 -- As claim_events: one row per claimed event (the expired first, then in the order handed out),
 -- with whether its claim ended an expired lease; `died` also on the one row of NULLs.
 SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died

@@ -1,7 +1,10 @@
 """Loads the named queries of the package's SQL files once, as SQLAlchemy `text()` statements.
 
 `queries.sql` holds the event life cycle; other `*.sql` files beside it hold one area each
-(e.g. `operations.sql`). A name may be defined once across all of them."""
+(e.g. `operations.sql`). A name may be defined once across all of them.
+
+A `-- fragment: x` block of a file is no query: a line `-- include: x` of a query of the same file
+is replaced by its text (e.g. CTEs that several statements share word for word)."""
 
 from __future__ import annotations
 
@@ -14,21 +17,43 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
 _NAME = re.compile(r"^-- name: ([a-z_]+)\s*$")
+_FRAGMENT = re.compile(r"^-- fragment: ([a-z_]+)\s*$")
+_INCLUDE = re.compile(r"^\s*-- include: ([a-z_]+)\s*$")
 
 
 def parse_queries(source: str) -> dict[str, str]:
-    """Split `-- name: x` blocks into {name: sql}; the header comments stay with the SQL."""
+    """Split `-- name: x` blocks into {name: sql}; the header comments stay with the SQL, and each
+    `-- include: y` line becomes the text of the file's `-- fragment: y` block."""
     queries: dict[str, list[str]] = {}
+    fragments: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in source.splitlines():
         match = _NAME.match(line)
+        fragment = _FRAGMENT.match(line)
         if match:
             if match[1] in queries:
                 raise ValueError(f"query {match[1]!r} is defined twice")
             current = queries[match[1]] = []
+        elif fragment:
+            if fragment[1] in fragments:
+                raise ValueError(f"fragment {fragment[1]!r} is defined twice")
+            current = fragments[fragment[1]] = []
         elif current is not None:
             current.append(line)
-    return {name: "\n".join(lines).strip().rstrip(";") for name, lines in queries.items()}
+
+    def expand(lines: list[str]) -> str:
+        out = []
+        for line in lines:
+            include = _INCLUDE.match(line)
+            if include is None:
+                out.append(line)
+            elif include[1] not in fragments:
+                raise ValueError(f"fragment {include[1]!r} is not defined")
+            else:
+                out.append("\n".join(fragments[include[1]]).strip())
+        return "\n".join(out).strip().rstrip(";")
+
+    return {name: expand(lines) for name, lines in queries.items()}
 
 
 @cache

@@ -287,8 +287,8 @@ def test_a_reused_key_keeps_its_timeline_across_the_move_and_a_day_boundary(
     ]
     days = {r[0] for r in raw.execute("SELECT tableoid::regclass::text FROM tickler_timeline WHERE item_key = 'k'")}
     assert days == {f"tickler_timeline_{today.strftime('%Y%m%d')}", f"tickler_timeline_{after_midnight:%Y%m%d}"}
-    assert [e.id for e in store.events.get_many([first.id, second.id])] != []
-    assert {e.status for e in store.events.get_many([first.id, second.id])} == {"delivered", "cancelled"}
+    assert [e.id for e in store.events.get_many("emails", "k", [first.id, second.id])] != []
+    assert {e.status for e in store.events.get_many("emails", "k", [first.id, second.id])} == {"delivered", "cancelled"}
 
 
 def test_retention_racing_finishes_loses_and_double_counts_nothing(

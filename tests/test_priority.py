@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -212,9 +211,13 @@ def test_max_in_flight_per_key_caps_live_leases_per_key(
 
 
 @contextmanager
-def per_key_receiver(seconds: float) -> Iterator[tuple[dict[str, int], list[int], str]]:
-    """A webhook receiver that records the most requests of one fairness key at once."""
-    lock = threading.Lock()
+def per_key_receiver(seconds: float, company: int) -> Iterator[tuple[dict[str, int], list[int], str]]:
+    """A webhook receiver that records the most requests of one fairness key at once.
+
+    Each request is held until `company` requests of its key are in at once, or for `seconds`: so
+    that the cap, and not how the deliveries happened to interleave on a busy machine, decides how
+    many overlap (a request alone still ends after `seconds`)."""
+    changed = threading.Condition()
     current: dict[str, int] = {}
     most: dict[str, int] = {}
     ids: list[int] = []
@@ -223,11 +226,11 @@ def per_key_receiver(seconds: float) -> Iterator[tuple[dict[str, int], list[int]
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             key = body["events"][0].get("fairness_key") or ""
-            with lock:
+            with changed:
                 current[key] = current.get(key, 0) + 1
                 most[key] = max(most.get(key, 0), current[key])
-            time.sleep(seconds)  # the receiver's own work, so that requests overlap
-            with lock:
+                changed.notify_all()
+                changed.wait_for(lambda: most[key] >= company, timeout=seconds)
                 current[key] -= 1
                 ids.extend(event["id"] for event in body["events"])
             self.send_response(204)
@@ -272,7 +275,7 @@ def test_max_in_flight_per_key_holds_across_worker_processes_and_pull_consumers(
     admin_token: str,
 ) -> None:
     cap, keys, per_key = 2, 6, 12
-    with per_key_receiver(0.02) as (most, ids, url):
+    with per_key_receiver(2.0, company=cap) as (most, ids, url):
         queue = make_queue("hooks", delivery_mode="webhook", webhook_url=url, max_in_flight_per_key=cap)
         workers = [start_worker(database_url, tmp_path, name=f"w{n}", webhooks=True) for n in range(3)]
         stop = threading.Event()

@@ -25,6 +25,7 @@ from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import Event, NewEvent, Queue
 from tickler.scheduler.sql import parse_queries
 from tickler.scheduler.store import QueueSettings, SearchFilter, Store
+from tickler.scheduler.store.operations import EventOperations
 
 PREVIOUS = 20  # the last migration of the release before history by day
 
@@ -384,6 +385,75 @@ def test_upgrade_to_the_lease_table_keeps_live_leases_and_fencing(admin_url: str
             assert one_value(raw, "SELECT count(*) FROM tickler_lease") == 0
             finished = raw.execute("SELECT id, count(*) FROM tickler_event_history GROUP BY id").fetchall()
             assert sorted(n for _, n in finished) == [1, 1, 1]  # due0 (acked), g0 and g1 (the group)
+    finally:
+        engine.dispose()
+        pg.drop_database(admin_url, url)
+
+
+HISTORY_ID_PREVIOUS = 61  # the last migration before history lost its index by id (0063)
+
+
+def test_upgrade_to_history_without_its_id_index_keeps_reads_and_an_unfinished_archive_run(admin_url: str) -> None:
+    """Finished events (delivered, dead; a key reused on two days) and an archive run left
+    unfinished by the previous release (its items: run and event ids only): after 0063 the event
+    of a key, a key's events by id and the retry of a dead event read the same rows as the
+    previous release read by id, and the run's items carry what finds their events in history."""
+    url = pg.create_database(admin_url, prefix="tickler_upgrade_history_id")
+    migrate(url, through=HISTORY_ID_PREVIOUS)
+    engine = create_engine(url, pool_size=3)
+    try:
+        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
+            store = Store(engine)
+            queue = add_queue(engine, store, "emails", max_attempts=3)
+            today = raw.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC')").fetchone()[0]  # type: ignore[index]
+            days = [today.replace(tzinfo=UTC) + timedelta(days=n, hours=1) for n in (1, 2)]
+            store.history.maintain(now=days[-1])
+            for at in days:  # k1 delivered on each day
+                store.events.schedule(queue, NewEvent(item_key="k1", data={"at": str(at)}), actor="app", now=at)
+                [lease] = store.leases.claim(queue, worker="w", limit=1, now=at)
+                assert store.leases.ack([lease.lease_id], now=at)
+            store.events.schedule(queue, NewEvent(item_key="dead", data={}), actor="app", now=days[0])
+            [lease] = store.leases.claim(queue, worker="w", limit=1, now=days[0])
+            store.leases.nack(lease.lease_id, error="boom", dead=True, now=days[0])
+            by_id = {
+                row[0]: row
+                for row in raw.execute(
+                    "SELECT id, item_key, data, dequeued_on, outcome, version FROM tickler_event_history"
+                )
+            }
+            assert len(by_id) == 3
+            run_id = one_value(
+                raw,
+                "INSERT INTO tickler_archive_run (cutoff, location, event_count, timeline_count, event_id_sum,"
+                " timeline_id_sum) VALUES (now(), '/tmp/a', 3, 0, 0, 0) RETURNING id",
+            )
+            raw.execute(  # as the previous release's select_run_events recorded them
+                "INSERT INTO tickler_archive_item (run_id, event_id) SELECT %s, id FROM tickler_event_history", [run_id]
+            )
+
+            assert 63 in [m.version for m in migrate(url)]
+
+            assert one_value(raw, "SELECT to_regclass('tickler_event_history_id') IS NULL") is True
+            items = raw.execute(
+                "SELECT count(*) FROM tickler_archive_item AS i JOIN tickler_event_history AS e"
+                " ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id"
+                " AND e.dequeued_on = i.dequeued_on"
+            ).fetchone()
+            assert items == (3,)
+            latest = store.events.get("emails", "k1")
+            newest = max(i for i, row in by_id.items() if row[1] == "k1")
+            assert (latest.id, latest.data, latest.status) == (newest, by_id[newest][2], "delivered")
+            found = store.events.get_many("emails", "k1", sorted(by_id))
+            assert {(e.id, e.dequeued_on, e.status, e.version) for e in found} == {
+                (i, row[3], row[4], row[5]) for i, row in by_id.items() if row[1] == "k1"
+            }
+            [dead] = [i for i, row in by_id.items() if row[1] == "dead"]
+            assert store.events.get("emails", "dead").status == "dead"
+            raw.execute("DELETE FROM tickler_archive_item")  # the run's events may be retried again
+            retried = EventOperations(store.events.engine).retry(
+                "emails", "dead", actor="ops", now=days[0] + timedelta(minutes=1)
+            )
+            assert retried.id == dead and retried.status == "pending"
     finally:
         engine.dispose()
         pg.drop_database(admin_url, url)

@@ -153,7 +153,8 @@ def key_page(queue: str, item_key: str) -> str:
         if not occurrences or occurrences[-1].event_id != entry.event_id:
             occurrences.append(Occurrence(entry.event_id, [], None))
         occurrences[-1].entries.append(entry)
-    events = {e.id: e for e in store.events.get_many([o.event_id for o in occurrences if o.event_id is not None])}
+    ids = [o.event_id for o in occurrences if o.event_id is not None]
+    events = {e.id: e for e in store.events.get_many(queue, item_key, ids)}
     occurrences = [replace(o, event=events.get(o.event_id) if o.event_id is not None else None) for o in occurrences]
     try:
         latest: Event | None = store.events.get(queue, item_key)

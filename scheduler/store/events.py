@@ -225,9 +225,12 @@ class EventStore(EventOperations):
                 raise NotFound(f"No event with key {item_key!r} in queue {queue!r}.")
         return Event.from_row(row)
 
-    def get_many(self, ids: Sequence[int], *, now: datetime | None = None) -> list[Event]:
+    def get_many(self, queue: str, item_key: str, ids: Sequence[int], *, now: datetime | None = None) -> list[Event]:
+        """Events of one key by id (those its timeline names), in the order of `ids`; ids that are
+        not the key's, or no longer kept, are left out."""
+        params = {"queue": queue, "item_key": item_key, "ids": list(ids), "now": now}
         with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            rows = conn.execute(q("get_events_by_id"), {"ids": list(ids), "now": now}).mappings().all()
+            rows = conn.execute(q("get_events_by_id"), params).mappings().all()
         by_id = {row["id"]: Event.from_row(row) for row in rows}
         return [by_id[i] for i in ids if i in by_id]
 
@@ -372,8 +375,3 @@ class EventStore(EventOperations):
         if if_match is not None and event.version not in if_match:
             raise StaleVersion(f"The event is at version {event.version}; If-Match named another.", event=event)
         return event, row["db_now"]
-
-    @staticmethod
-    def _by_id(conn: sa.Connection, event_id: int, now: datetime | None) -> Event:
-        row = conn.execute(q("get_events_by_id"), {"ids": [event_id], "now": now}).mappings().one()
-        return Event.from_row(row)

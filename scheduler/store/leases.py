@@ -14,9 +14,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from tickler.scheduler import metrics
+from tickler.scheduler.db import driver_rows
 from tickler.scheduler.errors import StaleLease
 from tickler.scheduler.models import Event, Lease, Queue
-from tickler.scheduler.sql import q
+from tickler.scheduler.sql import driver_sql, q
 from tickler.scheduler.store.base import EngineStore
 
 # How soon to look again when an event is already due but was not claimed.
@@ -148,18 +149,38 @@ class LeaseStore(EngineStore):
             if remaining <= 0:
                 break
             if kind == "events":
-                with self.autocommit.connect() as conn:
-                    leases.extend(
-                        self._claim_kind(conn, kind, queue, worker, remaining, seconds, now, flow=False, fast_fair=fair)
-                    )
+                leases.extend(self._claim_events_fast(queue, worker, remaining, seconds, now, fair=fair))
             else:
-                with self.autocommit.connect() as conn:
-                    found = conn.execute(q("has_due_groups"), {"queue": queue, "now": now, "flow": False})
-                    if not found.scalar():
-                        continue  # most queues have no groups: spare them the transaction
+                # One autocommit statement on the driver (no SQLAlchemy statement or result processing).
+                found = driver_rows(
+                    self.engine, driver_sql("has_due_groups"), {"queue": queue, "now": now, "flow": False}, tuples=True
+                )
+                if not found or not found[0][0]:
+                    continue  # most queues have no groups: spare them the transaction
                 with self.engine.begin() as conn:  # its advisory locks span two statements
                     leases.extend(self._claim_kind(conn, kind, queue, worker, remaining, seconds, now, flow=False))
         return leases
+
+    def _claim_events_fast(
+        self, queue: str, worker: str, limit: int, seconds: float, now: datetime | None, *, fair: bool
+    ) -> list[Lease]:
+        """The fast path's ungrouped claim: one autocommit statement (claim_events, or
+        claim_events_round_robin for a fair queue) run on the driver, its rows read as dicts — the
+        claim runs once per batch on every dispatcher, and SQLAlchemy's statement and per-row result
+        processing was most of its Python."""
+        params = {
+            "queue": queue,
+            "worker": worker,
+            "limit": limit,
+            "lease_seconds": seconds,
+            "now": now,
+            "flow": False,
+            "cap": None,
+        }
+        rows = driver_rows(self.engine, driver_sql("claim_events_round_robin" if fair else "claim_events"), params)
+        # the expired leases it ended: of events it claimed, and of events that died of them
+        _count_expired(queue, sum(1 for row in rows if row["lease_ended"]) + (rows[0]["died"] if rows else 0))
+        return _leases([row for row in rows if row["id"] is not None])
 
     def _claim_limited(
         self,
@@ -224,7 +245,6 @@ class LeaseStore(EngineStore):
         *,
         flow: bool,
         fairness: Fairness | None = None,
-        fast_fair: bool = False,
     ) -> list[Lease]:
         """Claim up to `limit` leases of one kind: "events" (ungrouped, a lease each) or "groups"."""
         cap = fairness.cap if fairness is not None else None
@@ -244,9 +264,8 @@ class LeaseStore(EngineStore):
             _count_expired(queue, len(ended))
             fair = {**params, "claimed_at": fairness.claimed_at}
             return _leases(conn.execute(q("claim_events_fair"), fair).mappings().all())
-        if kind == "events":
-            # fair share without a cap: round robin in one statement, no lock (the cursor is a hint)
-            rows = conn.execute(q("claim_events_round_robin" if fast_fair else "claim_events"), params).mappings().all()
+        if kind == "events":  # under the flow lock (the fast path: _claim_events_fast)
+            rows = conn.execute(q("claim_events"), params).mappings().all()
             # the expired leases it ended: of events it claimed, and of events that died of them
             _count_expired(queue, sum(1 for row in rows if row["lease_ended"]) + rows[0]["died"])
             return _leases([row for row in rows if row["id"] is not None])
@@ -276,11 +295,16 @@ class LeaseStore(EngineStore):
             "now": now,
             "trace_ids": json.dumps(dict(trace_ids)) if trace_ids else None,
         }
-        with self.autocommit.connect() as conn:
-            rows = conn.execute(q("ack_leases"), params).mappings().all()
-        for row in rows:
-            metrics.DELIVERED.labels(row["queue"]).inc(row["events"])
-        return {str(row["lease_id"]): row["queue"] for row in rows}
+        # One autocommit statement on the driver: the finisher's batched acks, a row per lease.
+        rows = driver_rows(self.engine, driver_sql("ack_leases"), params, tuples=True)
+        done: dict[str, str] = {}
+        delivered: dict[str, int] = {}
+        for lease_id, queue, events in rows:
+            done[str(lease_id)] = queue
+            delivered[queue] = delivered.get(queue, 0) + events
+        for queue, events in delivered.items():  # one counter update per queue, not per lease
+            metrics.DELIVERED.labels(queue).inc(events)
+        return done
 
     def ack_one(
         self,
