@@ -9,7 +9,7 @@ from flask import Blueprint, Response, jsonify, request, url_for
 from marshmallow import Schema
 from werkzeug.routing import BaseConverter
 
-from tickler.api import auth, context
+from tickler.api import auth, context, lean
 from tickler.api.batch_fast import (
     data_is_certainly_storable,
     items_certainly_storable,
@@ -109,6 +109,9 @@ def _schedule(queue: str) -> Response:
     incoming = TraceContext.from_headers(request.headers)  # malformed: None (ignored, never refused)
     with tracing.span("create", queue, parent=incoming, tickler__item_key=event.item_key) as span:
         try:
+            raised = request.environ.pop(lean.RAISED, None)
+            if raised is not None:  # the lean route's store call failed (api/lean.py): answered here
+                raise raised
             found, outcome = context.store().events.schedule(
                 target,
                 event,
