@@ -13,6 +13,7 @@ from typing import Any
 from bench import report
 from bench.cluster import SETTINGS, PrivateCluster
 from bench.harness import ROOT, Context, Row, resolve_server, say
+from bench.load import LoadSampler
 from tickler.scheduler.logs import configure_logging
 
 # Scenario name -> module (each has run(ctx) -> list[Row]), in the order of the table.
@@ -56,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
         "--soak-rate", type=int, default=1_000, help="events/s scheduled and delivered by the soak (default 1,000)"
     )
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from bench/results.json")
+    parser.add_argument(
+        "--note", help="what the report should say about the conditions of this run's scenarios (kept in results.json)"
+    )
     parser.add_argument(
         "--output",
         type=Path,
@@ -101,7 +105,8 @@ def _main(args: argparse.Namespace, admin_url: str, cluster: str) -> int:
         say(f"scenario {name}")
         began = time.monotonic()
         module = importlib.import_module(f"bench.{name}")
-        rows: list[Row] = module.run(ctx)
+        with LoadSampler() as load:
+            rows: list[Row] = module.run(ctx)
         results[name] = {
             "rows": [row.as_dict() for row in rows],
             "findings": {k: v for k, v in ctx.findings.items() if k.startswith(name)},
@@ -113,6 +118,9 @@ def _main(args: argparse.Namespace, admin_url: str, cluster: str) -> int:
             "server": report.run_settings(ctx.admin_url),
             "cluster": cluster,
             "commit": report.git_head(),
+            # the 1-minute load average while it ran: the rates of a shared box depend on it
+            "load": [round(value, 1) for value in load.range()],
+            "note": args.note,
         }
         if not args.quick:
             RESULTS.write_text(json.dumps(results, indent=1, default=str))  # an interrupted run keeps these

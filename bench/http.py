@@ -36,13 +36,18 @@ def server_available(kind: str) -> bool:
     return (ROOT / ".venv" / "bin" / {"waitress": "waitress-serve"}.get(kind, kind)).exists()
 
 
-def _command(kind: str, port: int, workers: int, threads: int) -> list[str]:
+# The application the servers run: tickler's, or the same without the lean single-event route
+# (bench/flask_only.py), to measure what the route saves within one run.
+APPS = {"lean": "tickler.wsgi:app", "flask": "bench.flask_only:app"}
+
+
+def _command(kind: str, port: int, workers: int, threads: int, app: str = APPS["lean"]) -> list[str]:
     bin_dir = ROOT / ".venv" / "bin"
     if kind == "gunicorn":
         command = [str(bin_dir / "gunicorn"), "-w", str(workers), "-b", f"127.0.0.1:{port}"]
         if threads:
             command += ["-k", "gthread", "--threads", str(threads)]
-        return [*command, "tickler.wsgi:app"]
+        return [*command, app]
     if kind == "granian":
         return [
             str(bin_dir / "granian"),
@@ -57,14 +62,14 @@ def _command(kind: str, port: int, workers: int, threads: int) -> list[str]:
             "--blocking-threads",
             str(max(1, threads)),
             "--no-log",
-            "tickler.wsgi:app",
+            app,
         ]
     if kind == "waitress":
         return [
             str(bin_dir / "waitress-serve"),
             f"--listen=127.0.0.1:{port}",
             f"--threads={max(1, threads)}",
-            "tickler.wsgi:app",
+            app,
         ]
     raise ValueError(kind)
 
@@ -78,9 +83,11 @@ def api_server(
     threads: int = 0,
     json: str = "",
     env: dict[str, str] | None = None,
+    app: str = "lean",
 ) -> Iterator[tuple[int, int]]:
     """tickler's API under a WSGI server on a migrated database; yields (port, server pid).
-    json: "" (orjson when installed), "stdlib" or "orjson" (TICKLER_JSON); env: more variables."""
+    json: "" (orjson when installed), "stdlib" or "orjson" (TICKLER_JSON); env: more variables;
+    app: "lean" (tickler.wsgi:app) or "flask" (without the lean single-event route)."""
     port = free_port()
     environ = {
         **os.environ,
@@ -92,7 +99,7 @@ def api_server(
     if json:
         environ["TICKLER_JSON"] = json
     proc = subprocess.Popen(
-        _command(kind, port, workers, threads),
+        _command(kind, port, workers, threads, APPS[app]),
         cwd=ROOT,
         env=environ,
         stdout=subprocess.DEVNULL,

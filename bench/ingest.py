@@ -1,7 +1,9 @@
 """The ingest path (issue #24), every row in one run: single-event HTTP schedules under gunicorn
 gthread at 1, 4 and 16 clients with group commit (TICKLER_GROUP_COMMIT_MS, default 2 ms) and at 4
 without it, under `tickler serve`'s waitress; HTTP batches of 1,000 and 10,000; the in-process
-enqueue beside pgqueuer's. Each against its plain-psycopg baseline in the same database, with the
+enqueue beside pgqueuer's. The single-event rows at 4 clients also run without the lean route
+(api/lean.py: every request through Flask) and under granian, to compare within the run.
+Each against its plain-psycopg baseline in the same database, with the
 CPU per event of the server's processes and the database (/proc) and, for single events, each
 request's latency (p50 / p99, in the row's note)."""
 
@@ -13,7 +15,7 @@ from typing import Any
 from bench import baseline, pgq, schedule_batch, schedule_http
 from bench.cpu import CpuMeter
 from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median, median_cpu, percentile, say
-from bench.http import Client, api_server
+from bench.http import Client, api_server, server_available
 from bench.peers import _enqueue_rate
 from bench.procs import race
 
@@ -55,12 +57,13 @@ def _single_row(
     ctx: Context,
     base: list[float],
     n: int,
+    app: str = "lean",
 ) -> Row:
     """Configuration number `n` of the run: its keys are its own (all share one database)."""
     total = ctx.size(60, 3_000 if clients < 16 else 4_800)
     workers, threads = (1, WORKERS * THREADS) if kind == "waitress" else (WORKERS, THREADS)
     runs, cpus, latencies = [], [], []
-    with api_server(url, kind, workers=workers, threads=threads, env=env) as (port, pid):
+    with api_server(url, kind, workers=workers, threads=threads, env=env, app=app) as (port, pid):
         _single(port, pid, url, token, min(total, 400), clients, 100 * n)  # warm-up: pools, prepared plans
         for r in range(ctx.repeats):
             rate, cpu, lat = _single(port, pid, url, token, total, clients, 100 * n + 1 + r)
@@ -136,18 +139,24 @@ def run(ctx: Context) -> list[Row]:
         token = admin_token(url)
         base = [schedule_http.baseline_rate(url, ctx.size(200, 3_000), 500 + r) for r in range(ctx.repeats)]
         gthread = f"gunicorn gthread -w {WORKERS} --threads {THREADS}"
-        configs: list[tuple[str, str, dict[str, str], int]] = [
-            (f"{gthread}, group commit 2 ms", "gunicorn", {}, 1),
-            (f"{gthread}, group commit 2 ms", "gunicorn", {}, 4),
-            (f"{gthread}, group commit 2 ms", "gunicorn", {}, 16),
-            (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 4),
-            (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 16),
-            (f"waitress, 1 process, {WORKERS * THREADS} threads (tickler serve), group commit 2 ms", "waitress", {}, 4),
+        waitress = f"waitress, 1 process, {WORKERS * THREADS} threads (tickler serve)"
+        configs: list[tuple[str, str, dict[str, str], int, str]] = [
+            (f"{gthread}, group commit 2 ms", "gunicorn", {}, 1, "lean"),
+            (f"{gthread}, group commit 2 ms", "gunicorn", {}, 4, "lean"),
+            (f"{gthread}, group commit 2 ms", "gunicorn", {}, 16, "lean"),
+            (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 4, "lean"),
+            (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 16, "lean"),
+            (f"{waitress}, group commit 2 ms", "waitress", {}, 4, "lean"),
+            (f"{gthread}, group commit 2 ms, without the lean route", "gunicorn", {}, 4, "flask"),
+            (f"{waitress}, group commit 2 ms, without the lean route", "waitress", {}, 4, "flask"),
         ]
+        if server_available("granian"):
+            granian = f"granian --interface wsgi --workers {WORKERS} --blocking-threads {THREADS}"
+            configs.append((f"{granian}, group commit 2 ms", "granian", {}, 4, "lean"))
         if ctx.quick:
             configs = configs[1:2]
-        for n, (label, kind, env, clients) in enumerate(configs, start=1):
-            rows.append(_single_row(label, kind, env, clients, url, token, ctx, base, n))
+        for n, (label, kind, env, clients, app) in enumerate(configs, start=1):
+            rows.append(_single_row(label, kind, env, clients, url, token, ctx, base, n, app))
     rows += _batch_rows(ctx)
     rows.append(_enqueue_row(ctx))
     return rows

@@ -57,12 +57,18 @@ def run_clients(port: int, token: str, total: int, clients: int, tag: str) -> tu
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", default="gunicorn", choices=["gunicorn", "waitress", "granian"])
+    parser.add_argument(
+        "--app", default="lean", choices=["lean", "flask"], help="flask: without the lean single-event route"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--clients", type=int, nargs="+", default=[4])
     parser.add_argument("--total", type=int, default=3000)
     parser.add_argument("--group-commit-ms", help="TICKLER_GROUP_COMMIT_MS of the server (default: its own)")
     parser.add_argument("--py-spy", help="write a py-spy raw profile of the server here (first client count)")
+    parser.add_argument(
+        "--gil", action="store_true", help="py-spy samples only the thread holding the GIL (CPU, not waits)"
+    )
     args = parser.parse_args()
     admin = resolve_server(None)
     url = create_database(admin)
@@ -73,7 +79,7 @@ def main() -> None:
         workers = 1 if args.server == "waitress" else args.workers
         threads = args.threads * (args.workers if args.server == "waitress" else 1)
         env = {"TICKLER_GROUP_COMMIT_MS": args.group_commit_ms} if args.group_commit_ms is not None else {}
-        with api_server(url, args.server, workers=workers, threads=threads, env=env) as (port, pid):
+        with api_server(url, args.server, workers=workers, threads=threads, env=env, app=args.app) as (port, pid):
             run_clients(port, token, 400, max(args.clients), "warm")
             for n, clients in enumerate(args.clients):
                 spy = None
@@ -86,6 +92,7 @@ def main() -> None:
                             "200",
                             "--format",
                             "raw",
+                            *(["--gil"] if args.gil else []),
                             "--subprocesses",
                             "-o",
                             args.py_spy,
@@ -103,7 +110,8 @@ def main() -> None:
                     spy.wait(30)
                 app, db = meter.use.per_event_us(args.total // clients * clients)
                 print(
-                    f"{args.server} {clients} clients: {rate:,.0f}/s  app {app:,.0f} µs  db {db:,.0f} µs/event  "
+                    f"{args.server} ({args.app}) {clients} clients: {rate:,.0f}/s  "
+                    f"app {app:,.0f} µs  db {db:,.0f} µs/event  "
                     f"latency p50 {percentile(latencies, 50) * 1e3:.2f} ms p99 {percentile(latencies, 99) * 1e3:.2f} ms"
                     f"  load {os.getloadavg()[0]:.1f}",
                     flush=True,

@@ -122,7 +122,9 @@ def machine(admin_url: str) -> list[str]:
         pg = conn.execute("SELECT version()").fetchone()
     settings = server_settings(admin_url, SETTINGS)
     return [
-        f"- CPU: {os.cpu_count()} cores ({cpu}); memory {mem_kib / 1024 / 1024:.1f} GiB; {platform.platform()}",
+        f"- CPU: {os.cpu_count()} cores ({cpu}); memory {mem_kib / 1024 / 1024:.1f} GiB; {platform.platform()} "
+        "(the machine that wrote this file; scenarios of other days, see Runs, may have run on another "
+        "machine of the same size)",
         f"- PostgreSQL: {pg[0] if pg else '?'} — on the same machine, over TCP 127.0.0.1",
         "- PostgreSQL settings: " + ", ".join(f"{k} = {v}" for k, v in sorted(settings.items())),
     ]
@@ -151,6 +153,14 @@ def _pipeline_section(path: Path) -> str:
     return "\n\n".join(blocks)
 
 
+def _load(result: dict[str, Any]) -> str:
+    """The load average a run saw (recorded since 2026-11-24; older runs have none)."""
+    if not result.get("load"):
+        return ""
+    low, high = result["load"]
+    return f" \N{EM DASH} load average {low:.1f}\N{EN DASH}{high:.1f} during the run"
+
+
 def write(path: Path, results: dict[str, Any], ctx: Context) -> None:
     from bench.__main__ import SCENARIOS
 
@@ -161,6 +171,8 @@ def write(path: Path, results: dict[str, Any], ctx: Context) -> None:
         + (f", at {results[name]['commit']}" if results[name].get("commit") else "")
         + (f", {results[name]['cluster']} server" if results[name].get("cluster") else "")
         + (f" ({results[name]['server']})" if results[name].get("server") else "")
+        + _load(results[name])
+        + (f"; {results[name]['note']}" if results[name].get("note") else "")
         for name in SCENARIOS
         if name in results
     ]

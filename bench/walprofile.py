@@ -1,10 +1,14 @@
 """Where the WAL of a delivered event goes: drain N due events with one tickler worker and with the
 baseline loop, and break the WAL each wrote down by record type (pg_waldump --stats=record).
 
-    .venv/bin/python -m bench.walprofile [--events 10000] [--batch 100] [--database-url URL]
+    .venv/bin/python -m bench.walprofile [--events 10000] [--batch 100] [--server private|local] [--database-url URL]
 
 Needs a PostgreSQL on this machine whose data directory this user can read (pg_waldump reads the
-WAL files). Both drains start right after a CHECKPOINT, so both pay the same full-page images.
+WAL files). By default (`--server private`) it starts a cluster of its own (bench/cluster.py) with
+autovacuum off and removes it at the end. Both drains start right after a CHECKPOINT; how many full-page images
+each then writes depends on how many pages it touches first and on when the drain starts against
+the checkpoint (on a busy box a drain may begin while the CHECKPOINT runs), so the bytes without
+full-page images are printed too: they are the figure that repeats from run to run.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import psycopg
 
 from bench import baseline
+from bench.cluster import PrivateCluster
 from bench.drain import baseline_fill, fill_tickler, make_due_soon
 from bench.harness import QUEUE, Context, make_queue, resolve_server, say, wait_until_drained
 from bench.procs import WorkerSpec, run_baseline_workers, tickler_workers
@@ -69,6 +74,18 @@ def _waldump(url: str, start: str, end: str) -> str:
 _STATS_LINE = re.compile(r"^(\S+/\S+)\s+(\d+)\s+\(.*?\)\s+\d+\s+\(.*?\)\s+\d+\s+\(.*?\)\s+(\d+)\s+\(")
 
 
+_TOTAL_LINE = re.compile(r"^Total\s+\d+\s+(\d+)\s+\[.*?\]\s+(\d+)\s+\[")
+
+
+def record_bytes(dump: str) -> tuple[int, int]:
+    """(bytes of the records, bytes of their full-page images) from pg_waldump --stats=record's total."""
+    for line in dump.splitlines():
+        match = _TOTAL_LINE.match(line.strip())
+        if match:
+            return int(match.group(1)), int(match.group(2))
+    return 0, 0
+
+
 def _per_type(dump: str) -> dict[str, tuple[int, int]]:
     """{record type: (records, bytes including full-page images)} from pg_waldump --stats=record."""
     found = {}
@@ -103,8 +120,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--database-url")
+    parser.add_argument(
+        "--server",
+        choices=["private", "local"],
+        help="private: a cluster of our own (bench/cluster.py) with autovacuum off, the default unless "
+        "--database-url is given; local: --database-url or the local PostgreSQL",
+    )
     args = parser.parse_args(argv)
-    ctx = Context(admin_url=resolve_server(args.database_url), quick=False, repeats=1, soak_minutes=0)
+    if (args.server or ("local" if args.database_url else "private")) == "private":
+        cluster = PrivateCluster()
+        try:
+            url = cluster.start()
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("ALTER SYSTEM SET autovacuum = off")
+                conn.execute("SELECT pg_reload_conf()")
+            return _profile(args, url)
+        finally:
+            cluster.stop()
+    return _profile(args, resolve_server(args.database_url))
+
+
+def _profile(args: argparse.Namespace, admin_url: str) -> int:
+    ctx = Context(admin_url=admin_url, quick=False, repeats=1, soak_minutes=0)
     n = args.events
     with ctx.database() as url:
         make_queue(url)
@@ -150,7 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# WAL per delivered event, {n:,} events due at once, batch {args.batch}, {args.workers} worker(s)\n")
     print(f"tickler:  {tickler[2] / n:,.0f} bytes/event, {tickler_commits / n:.3f} commits/event")
     print(f"baseline: {base[2] / n:,.0f} bytes/event, {base_commits / n:.3f} commits/event")
-    print(f"ratio:    {tickler[2] / base[2]:.2f}\n")
+    print(f"ratio:    {tickler[2] / base[2]:.2f}")
+    (ours, ours_fpi), (theirs, theirs_fpi) = record_bytes(tickler_dump), record_bytes(base_dump)
+    if ours and theirs:
+        print(
+            f"without full-page images: tickler {ours / n:,.0f}, baseline {theirs / n:,.0f} bytes/event,"
+            f" ratio {ours / theirs:.2f} (images: {ours_fpi / n:,.0f} and {theirs_fpi / n:,.0f} bytes/event)"
+        )
+    print()
     print(per_event_table(tickler_dump, base_dump, n), "\n")
     print("## tickler, pg_waldump --stats=record\n")
     print(tickler_dump)
