@@ -32,6 +32,16 @@ from tickler.scheduler.wakeup import WakeupListener
 # pipeline_db), for tests/test_pipeline_*.py.
 pytest_plugins = ["tests.client_fixtures", "tests.pipeline_fixtures"]
 
+# Each checkout keeps pytest's temporary directories under its own root. Under the shared one
+# (/tmp/pytest-of-<user>), a test session that starts beside a running one makes that root private
+# again (mode 0700) and prunes its older numbered directories: as root, the embedded PostgreSQL
+# runs as the user `pgserver`, which then can no longer reach the data directories of the session
+# already running (initdb: "could not open pg_control: Permission denied").
+_TEMP_ROOT = Path(__file__).resolve().parent.parent / ".pytest-tmp"
+if "PYTEST_DEBUG_TEMPROOT" not in os.environ:
+    _TEMP_ROOT.mkdir(exist_ok=True)
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(_TEMP_ROOT)
+
 # What `make test-quick` leaves out: the tests that start a Spark session or a browser.
 HEAVY = {"spark": "spark", "browser": "browser"}
 
