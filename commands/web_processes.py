@@ -134,6 +134,8 @@ class WebProcesses:
 
     def start(self) -> WebProcesses:
         """Fork the supervisor. Call it before this process starts a thread or opens a pool."""
+        if threading.active_count() > 1:  # serve forks before its threads; an embedding program may not
+            log.warning("forking the web processes' supervisor while threads run", threads=threading.active_count())
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:

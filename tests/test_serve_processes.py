@@ -91,8 +91,11 @@ def _get(port: int, path: str, token: str = "") -> tuple[int, bytes]:
 
 
 class Serve:
-    def __init__(self, tmp_path: Path, database_url: str, port: int, *args: str, **env: str) -> None:
+    def __init__(
+        self, tmp_path: Path, database_url: str, port: int, *args: str, own_group: bool = False, **env: str
+    ) -> None:
         self.port = port
+        self.own_group = own_group
         self.log_path = tmp_path / f"serve-{port}-{len(list(tmp_path.iterdir()))}.log"
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("TICKLER_", "PROMETHEUS_"))}
         environ.update(
@@ -110,6 +113,7 @@ class Serve:
                 env=environ,
                 stdout=log,
                 stderr=log,
+                start_new_session=own_group,  # a group of its own, as a terminal gives it
             )
 
     def output(self) -> str:
@@ -253,3 +257,50 @@ def test_one_web_process_is_serve_as_before(fresh_database: str, tmp_path: Path)
         assert not serve.events("web processes")
     finally:
         assert serve.stop() == 0, serve.output()
+
+
+def test_ctrl_c_stops_every_process_with_exit_0(fresh_database: str, tmp_path: Path) -> None:
+    """A terminal's Ctrl-C signals the whole process group: serve, the supervisor, the web processes."""
+    port = _free_port()
+    serve = Serve(tmp_path, fresh_database, port, "--web-processes", "2", own_group=True)
+    try:
+        serve.wait_serving()
+        family = wait_until(lambda: len(_descendants(serve.process.pid)) == 2 and _descendants(serve.process.pid))
+        os.killpg(serve.process.pid, signal.SIGINT)
+        assert serve.process.wait(timeout=30) == 0, serve.output()
+    finally:
+        serve.stop()
+    assert "Traceback" not in serve.output()
+    wait_until(lambda: not any(_alive(pid) for pid in family), timeout=10, what="a web process outlived serve")
+    assert _port_free(port)
+
+
+CRASHING = """
+from tickler.commands import web_processes
+from tickler.scheduler.logs import configure_logging
+
+configure_logging("INFO", "json")
+web_processes._Supervisor(1, lambda: 1).run()
+"""
+
+
+def test_a_web_process_that_keeps_dying_is_restarted_ever_more_slowly(tmp_path: Path) -> None:
+    log_path = tmp_path / "supervisor.log"
+    with log_path.open("wb") as log:
+        supervisor = subprocess.Popen([sys.executable, "-c", CRASHING], cwd=ROOT, stdout=log, stderr=log)
+    try:
+
+        def restarts() -> list[dict[str, object]]:
+            lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
+            found = [line for line in lines if line["event"] == "web process exited; starting another"]
+            return found if len(found) >= 4 else []
+
+        found = wait_until(restarts, timeout=30, what=lambda: log_path.read_text())
+        assert [line["restart_in_seconds"] for line in found[:4]] == [0.5, 1.0, 2.0, 4.0]
+        assert all(line["code"] == 1 for line in found)
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=30) == 0
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
