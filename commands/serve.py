@@ -4,8 +4,9 @@
 Start-up goes from cheap to expensive so that a mistake stops it before anything runs: the port
 is bound first (in use, or a host that does not resolve: one line, nothing started), then the
 database is named, reached and migrated, then the other web processes are forked (before this one
-starts a thread or opens a pool), then the dispatcher starts, and only then the server answers.
-Ctrl-C or SIGTERM at any moment stops what had started, and nothing else.
+starts a thread or opens a pool; each answers once its own app is built), then the dispatcher
+starts, and only then this process answers too. Ctrl-C or SIGTERM at any moment stops what had
+started, and nothing else.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def _serve_web_process(settings: Settings, sock: socket.socket, threads: int) ->
     import waitress
 
     from tickler.api import close_app, create_app
+    from tickler.scheduler import tracing
 
     app = create_app(settings, configure_logs=False)
     try:
@@ -177,6 +179,7 @@ def _serve_web_process(settings: Settings, sock: socket.socket, threads: int) ->
             server.close()
     finally:
         close_app(app)
+        tracing.flush()  # the process leaves with os._exit: no atexit handler exports what is buffered
     return 0
 
 
