@@ -304,3 +304,19 @@ def test_a_web_process_that_keeps_dying_is_restarted_ever_more_slowly(tmp_path: 
         if supervisor.poll() is None:
             supervisor.kill()
             supervisor.wait()
+
+
+def test_without_fork_or_pdeathsig_serve_runs_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tickler.commands import serve as serve_command
+    from tickler.commands import web_processes
+    from tickler.commands.failures import Refused
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/nowhere")  # the tests imported prometheus_client already
+    assert serve_command._usable(2) == 2
+    monkeypatch.setattr(web_processes.sys, "platform", "darwin")
+    assert serve_command._usable(2) == 1
+    monkeypatch.delattr(web_processes.os, "fork")
+    assert web_processes.unsupported() == "this platform cannot fork"
+    assert serve_command._usable(3) == 1
+    with pytest.raises(Refused, match="--web-processes must be 1 or more"):
+        serve_command._usable(0)
