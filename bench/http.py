@@ -28,12 +28,13 @@ def free_port() -> int:
 
 
 # The WSGI servers the HTTP scenarios compare; each runs tickler.wsgi:app with `workers` processes of
-# `threads` threads (waitress: one process, as `tickler serve` runs it).
-SERVERS = ("gunicorn", "granian", "waitress")
+# `threads` threads (waitress: one process). "serve" is `tickler serve` itself (waitress, its
+# dispatcher in the first process) with `workers` web processes (--web-processes).
+SERVERS = ("gunicorn", "granian", "waitress", "serve")
 
 
 def server_available(kind: str) -> bool:
-    return (ROOT / ".venv" / "bin" / {"waitress": "waitress-serve"}.get(kind, kind)).exists()
+    return (ROOT / ".venv" / "bin" / {"waitress": "waitress-serve", "serve": "tickler"}.get(kind, kind)).exists()
 
 
 # The application the servers run: tickler's, or the same without the lean single-event route
@@ -63,6 +64,19 @@ def _command(kind: str, port: int, workers: int, threads: int, app: str = APPS["
             str(max(1, threads)),
             "--no-log",
             app,
+        ]
+    if kind == "serve":
+        if app != APPS["lean"]:
+            raise ValueError("tickler serve runs tickler's own app only")
+        return [
+            str(bin_dir / "tickler"),
+            "serve",
+            "--port",
+            str(port),
+            "--threads",
+            str(max(1, threads)),
+            "--web-processes",
+            str(workers),
         ]
     if kind == "waitress":
         return [

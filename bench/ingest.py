@@ -1,6 +1,7 @@
 """The ingest path (issue #24), every row in one run: single-event HTTP schedules under gunicorn
 gthread at 1, 4 and 16 clients with group commit (TICKLER_GROUP_COMMIT_MS, default 2 ms) and at 4
-without it, under `tickler serve`'s waitress; HTTP batches of 1,000 and 10,000; the in-process
+without it, under waitress in one process and under `tickler serve` itself (its defaults: 2 web
+processes); HTTP batches of 1,000 and 10,000; the in-process
 enqueue beside pgqueuer's. The single-event rows at 4 clients also run without the lean route
 (api/lean.py: every request through Flask) and under granian, to compare within the run.
 Each against its plain-psycopg baseline in the same database, with the
@@ -61,7 +62,8 @@ def _single_row(
 ) -> Row:
     """Configuration number `n` of the run: its keys are its own (all share one database)."""
     total = ctx.size(60, 3_000 if clients < 16 else 4_800)
-    workers, threads = (1, WORKERS * THREADS) if kind == "waitress" else (WORKERS, THREADS)
+    # waitress-serve: one process (serve before --web-processes); serve: its defaults (2 x 8 threads)
+    workers, threads = {"waitress": (1, WORKERS * THREADS), "serve": (2, 8)}.get(kind, (WORKERS, THREADS))
     runs, cpus, latencies = [], [], []
     with api_server(url, kind, workers=workers, threads=threads, env=env, app=app) as (port, pid):
         _single(port, pid, url, token, min(total, 400), clients, 100 * n)  # warm-up: pools, prepared plans
@@ -147,6 +149,7 @@ def run(ctx: Context) -> list[Row]:
             (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 4, "lean"),
             (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 16, "lean"),
             (f"{waitress}, group commit 2 ms", "waitress", {}, 4, "lean"),
+            ("tickler serve (defaults: 2 web processes x 8 threads), group commit 2 ms", "serve", {}, 4, "lean"),
             (f"{gthread}, group commit 2 ms, without the lean route", "gunicorn", {}, 4, "flask"),
             (f"{waitress}, group commit 2 ms, without the lean route", "waitress", {}, 4, "flask"),
         ]

@@ -1,22 +1,28 @@
-"""`tickler serve`: the API and a dispatcher in one process.
+"""`tickler serve`: the API and a dispatcher in one process, and the API in more processes beside it
+(`--web-processes`, commands/web_processes.py).
 
 Start-up goes from cheap to expensive so that a mistake stops it before anything runs: the port
 is bound first (in use, or a host that does not resolve: one line, nothing started), then the
-database is named, reached and migrated, then the dispatcher starts, and only then the server
-answers. Ctrl-C or SIGTERM at any moment stops what had started, and nothing else.
+database is named, reached and migrated, then the other web processes are forked (before this one
+starts a thread or opens a pool; each answers once its own app is built), then the dispatcher
+starts, and only then this process answers too. Ctrl-C or SIGTERM at any moment stops what had
+started, and nothing else.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from types import FrameType
 
 import structlog
 
+from tickler.commands import web_processes
 from tickler.commands.failures import Refused, describe_database
 from tickler.config import Settings
 
@@ -52,12 +58,14 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def serve(settings: Settings, host: str, port: int, threads: int) -> int:
-    """Run until SIGTERM or SIGINT; 0 when stopped so. Refused (one line, exit 2) for a mistake."""
+def serve(settings: Settings, host: str, port: int, threads: int, processes: int | None = None) -> int:
+    """Run until SIGTERM or SIGINT; 0 when stopped so. Refused (one line, exit 2) for a mistake.
+    `processes`: web processes (None: web_processes.default_count())."""
     # First of all: a shell starts a background job (`tickler serve &`) with SIGINT ignored, and
     # Python then installs no KeyboardInterrupt handler; SIGTERM stops the same way.
     signal.signal(signal.SIGINT, _raise_interrupt)
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    processes = _usable(web_processes.default_count() if processes is None else processes)
     sock = bind(host, port)
     serving = False
 
@@ -67,8 +75,12 @@ def serve(settings: Settings, host: str, port: int, threads: int) -> int:
 
     with contextlib.ExitStack() as started:
         started.callback(sock.close)
+        if processes > 1:
+            metrics_dir = web_processes.private_metrics_dir()  # before prometheus_client is imported
+            if metrics_dir is not None:
+                started.callback(shutil.rmtree, metrics_dir, ignore_errors=True)
         try:
-            return _start_and_run(settings, sock, threads, started, now_serving)
+            return _start_and_run(settings, sock, threads, processes, started, now_serving)
         except KeyboardInterrupt:
             # Everything started so far is stopped by the ExitStack, in reverse order.
             if serving:
@@ -76,10 +88,26 @@ def serve(settings: Settings, host: str, port: int, threads: int) -> int:
             raise Refused("interrupted while starting; nothing was left running", exit_code=130) from None
 
 
+def _usable(processes: int) -> int:
+    """How many web processes serve can run here: `processes`, or one with a line saying why."""
+    if processes < 1:
+        raise Refused(f"--web-processes must be 1 or more, not {processes}")
+    if processes == 1:
+        return 1
+    why = web_processes.unsupported()
+    if why is None and "prometheus_client" in sys.modules and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        why = "prometheus_client was imported before serve: /metrics could not add up the processes"
+    if why is not None:
+        log.warning("serving with one web process", asked=processes, reason=why)
+        return 1
+    return processes
+
+
 def _start_and_run(
     settings: Settings,
     sock: socket.socket,
     threads: int,
+    processes: int,
     started: contextlib.ExitStack,
     now_serving: Callable[[], None],
 ) -> int:
@@ -95,7 +123,16 @@ def _start_and_run(
     url = resolve_database_url(settings.database_url, settings.data_dir)
     if settings.migrate_on_start:
         migrate(url)
-    app = create_app(settings.with_overrides(database_url=url, migrate_on_start=False), configure_logs=False)
+    settings = settings.with_overrides(database_url=url, migrate_on_start=False)
+    if processes > 1:
+        sock.listen(_BACKLOG)  # connections wait in the kernel from now on, whichever process takes them
+
+        def serve_one() -> int:
+            return _serve_web_process(settings, sock, threads)
+
+        started.callback(web_processes.WebProcesses(processes - 1, serve_one).start().stop)
+        log.info("web processes", count=processes, metrics_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    app = create_app(settings, configure_logs=False)
     started.callback(close_app, app)
     ext = app.extensions["tickler"]
     worker = Worker(settings=settings, database_url=url, engine=ext.store.engine, deliver_webhooks=True)
@@ -114,9 +151,35 @@ def _start_and_run(
         database=where,
         pid=os.getpid(),
         threads=threads,
+        web_processes=processes,
     )
     now_serving()
     server.run()
+    return 0
+
+
+# waitress's default listen backlog; each process sets it again when it starts accepting.
+_BACKLOG = 1024
+
+
+def _serve_web_process(settings: Settings, sock: socket.socket, threads: int) -> int:
+    """One of the other web processes: its own app (pool, LISTEN connection, group commit) and a
+    waitress on the parent's socket, until SIGTERM or SIGINT. No dispatcher: the parent runs it."""
+    import waitress
+
+    from tickler.api import close_app, create_app
+    from tickler.scheduler import tracing
+
+    app = create_app(settings, configure_logs=False)
+    try:
+        server = waitress.create_server(app, sockets=[sock], threads=threads, ident="tickler")
+        try:
+            server.run()  # returns on KeyboardInterrupt (SIGTERM, SIGINT)
+        finally:
+            server.close()
+    finally:
+        close_app(app)
+        tracing.flush()  # the process leaves with os._exit: no atexit handler exports what is buffered
     return 0
 
 

@@ -37,7 +37,13 @@ def _parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)"
     )
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
-    serve.add_argument("--threads", type=int, default=8, help="HTTP worker threads (default 8)")
+    serve.add_argument("--threads", type=int, default=8, help="HTTP worker threads of each web process (default 8)")
+    serve.add_argument(
+        "--web-processes",
+        type=int,
+        help="processes answering HTTP on the port (default: 2, or 1 on a one-core machine); the dispatcher "
+        "runs in the first",
+    )
 
     worker = commands.add_parser("worker", help="run a dispatcher only (webhooks, and Python handlers if given)")
     worker.add_argument(
@@ -145,7 +151,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     if args.command == "serve":
         from tickler.commands.serve import serve
 
-        return serve(settings, args.host, args.port, args.threads)
+        return serve(settings, args.host, args.port, args.threads, args.web_processes)
     if args.command == "worker":
         return _worker(settings, args)
     if args.command == "migrate":
