@@ -168,6 +168,7 @@ def schedule_batch(queue: str) -> Response:
             on_conflict=on_conflict,
             debounce_max_seconds=debounce_max,
             traces=traces,
+            copy_min_events=settings.batch_copy_min_events,
         )
     counts: dict[str, int] = {}
     for result in results:

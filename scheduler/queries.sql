@@ -29,6 +29,23 @@ SELECT r.ord, r.item_key, r.outcome, r.id
 FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
                       CAST(:debounce_max_seconds AS double precision)) AS r;
 
+-- name: schedule_staged
+-- schedule_many over the items COPYed into the session's staging table in this transaction
+-- (stage_copy; migration 0066): the same rows.
+SELECT r.ord, r.item_key, r.outcome, r.id
+FROM tickler_schedule_staged(:queue, :actor, :on_conflict, CAST(:now AS timestamptz),
+                             CAST(:debounce_max_seconds AS double precision)) AS r;
+
+-- name: stage_open
+-- The session's staging table for schedule_staged (created once per connection).
+SELECT tickler_schedule_stage_open();
+
+-- name: stage_copy
+-- Fill the staging table of schedule_staged (binary COPY, in the order of the columns).
+COPY pg_temp.tickler_schedule_stage (ord, item_key, group_key, schedule_on, delay_seconds, data, max_attempts,
+                                     priority, fairness_key)
+FROM STDIN (FORMAT binary);
+
 -- name: schedule_one_traced
 -- schedule_one, keeping the caller's trace context with the event written (migration 0040).
 SELECT r.outcome AS scheduled, (r.event).*,
