@@ -182,8 +182,8 @@ def test_the_staged_path_runs_on_a_pooled_connection_again_and_after_a_failure(
         results = store.events.schedule_batch(queue, events, actor="app", copy_min_events=200)
         assert [r.outcome for r in results] == ["created"] * 300
         assert [r.item_key for r in results] == [e.item_key for e in events]
-    written = store.engine.connect().execute(sa.text("SELECT count(*) FROM tickler_event WHERE queue = 'again'"))
-    assert written.scalar() == 900
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM tickler_event WHERE queue = 'again'")).scalar() == 900
 
 
 @pytest.fixture
