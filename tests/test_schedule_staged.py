@@ -24,12 +24,14 @@ from flask import Flask
 
 from tests.test_schedule_single import Side
 from tickler.api import close_app, create_app
+from tickler.api.metrics import EVENTS_SCHEDULED
 from tickler.config import Settings
 from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.store import Store
 
 T0 = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 STAGED, JSONB = "staged_path", "jsonb_path"
+OUTCOMES = ("created", "rejected", "ignored", "replaced", "debounced")
 
 
 class Path:
@@ -199,18 +201,32 @@ def test_the_http_answer_is_the_same_either_way(
     headers = {"Authorization": f"Bearer {admin_token}"}
     make_queue("http_a")
     make_queue("http_b")
-    items = [{"item_key": f"k{i}", "delay_seconds": 60, "data": {"i": i, "s": "é\n"}} for i in range(5)]
-    bodies = {}
+    # keys with what JSON escapes (a quote, a backslash) and what it leaves as is (é, ☃)
+    keys = ["k0", 'k"1', "k\\2", "ké3", "k☃4", "k5"]
+    items = [{"item_key": key, "delay_seconds": 60, "data": {"i": i, "s": "é\n"}} for i, key in enumerate(keys)]
+    bodies, types, counted = {}, {}, {}
     for name, flask_app, queue in (("jsonb", app, "http_a"), ("staged", copy_app, "http_b")):
         client = flask_app.test_client()
         answers = []
-        for on_conflict, events in (("reject", items[:3]), ("reject", items), ("ignore", items), ("replace", items)):
+        before = {o: EVENTS_SCHEDULED.labels(queue, o)._value.get() for o in OUTCOMES}
+        for on_conflict, events in (
+            ("reject", items[:3]),
+            ("reject", items),
+            ("ignore", items),
+            ("replace", items),
+            ("debounce", items[2:]),
+        ):
             response = client.post(
                 f"/v1/queues/{queue}/events/batch", json={"events": events, "on_conflict": on_conflict}, headers=headers
             )
             assert response.status_code == 200, response.get_data(as_text=True)
             answers.append(response.get_data())
+            types[name] = response.headers["Content-Type"]
         bodies[name] = answers
+        counted[name] = {o: EVENTS_SCHEDULED.labels(queue, o)._value.get() - before[o] for o in OUTCOMES}
+    assert types["jsonb"] == types["staged"] == "application/json"
+    assert counted["jsonb"] == counted["staged"]
+    assert counted["staged"] == {"created": 6, "rejected": 3, "ignored": 6, "replaced": 6, "debounced": 4}
     # the ids are the only difference: each queue's events are numbered from its own first id
     for one, other in zip(bodies["jsonb"], bodies["staged"], strict=True):
         assert relative_ids(other, bodies["staged"][0]) == relative_ids(one, bodies["jsonb"][0])

@@ -196,6 +196,25 @@ class EventStore(EventOperations):
             for _, item_key, outcome, id_ in rows
         ]
 
+    def schedule_batch_answer(
+        self,
+        queue: Queue,
+        events: Sequence[NewEvent],
+        *,
+        actor: str,
+        on_conflict: str = OnConflict.REJECT,
+        now: datetime | None = None,
+        debounce_max_seconds: float | None = None,
+    ) -> tuple[str, dict[str, int]]:
+        """schedule_batch by COPY, answered as the HTTP response body its results make
+        (`{"results":[...]}`, compact JSON, written by PostgreSQL: no Python object per result)
+        and the number of events per outcome."""
+        refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
+        ((body, outcomes, counts),) = self._schedule_staged(
+            queue, events, actor, on_conflict, now, debounce_max_seconds, "schedule_staged_answer", str(refused)
+        )
+        return body, dict(zip(outcomes, counts, strict=True))
+
     def _schedule_staged(
         self,
         queue: Queue,
@@ -204,16 +223,20 @@ class EventStore(EventOperations):
         on_conflict: str,
         now: datetime | None,
         debounce_max_seconds: float | None,
+        query: str = "schedule_staged",
+        refused: str | None = None,
     ) -> list[tuple[Any, ...]]:
-        """schedule_many's rows, the events sent by binary COPY into the session's staging table
+        """The rows of `query`, the events sent by binary COPY into the session's staging table
         and written by tickler_schedule_staged() (migration 0066) in the same transaction."""
-        params = {
+        params: dict[str, Any] = {
             "queue": queue.name,
             "actor": actor,
             "on_conflict": on_conflict,
             "now": now,
             "debounce_max_seconds": debounce_max_seconds,
         }
+        if refused is not None:
+            params["refused"] = refused
         fairy = self.engine.raw_connection()
         try:
             conn: psycopg.Connection[Any] = fairy.driver_connection  # type: ignore[assignment]
@@ -240,7 +263,7 @@ class EventStore(EventOperations):
                                     e.fairness_key,
                                 )
                             )
-                    cursor.execute(driver_sql("schedule_staged"), params, prepare=True)
+                    cursor.execute(driver_sql(query), params, prepare=True)
                     rows = cursor.fetchall()
                 conn.commit()
                 if not opened:
@@ -256,7 +279,7 @@ class EventStore(EventOperations):
                 if broken:
                     fairy.invalidate(error)
                 raise sa.exc.DBAPIError.instance(
-                    "schedule_staged", params, error, psycopg.Error, connection_invalidated=broken
+                    query, params, error, psycopg.Error, connection_invalidated=broken
                 ) from error
         finally:
             fairy.close()
