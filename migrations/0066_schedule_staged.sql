@@ -9,7 +9,7 @@
 --      for large batches: no jsonb text to build, send, parse and take apart).
 -- 2. tickler_schedule() (latest: 0064) ends the expired leases of the keys through
 --    tickler_schedule_end_expired(), which tickler_schedule_staged() calls too.
--- 3. tickler_schedule_stage_open() creates the staging table of the session (once per connection).
+-- 3. tickler_schedule_stage_open() creates the staging table of the session when it has none.
 
 -- The general path of tickler_schedule_write() (0064's text from its arrays on), the items given
 -- as arrays aligned by position (1..n): the queue is checked and locked by the caller, which
@@ -477,7 +477,7 @@ $$;
 -- The session's staging table of tickler_schedule_staged(): one row per item, the fields of
 -- tickler_schedule()'s p_events items (`ord`: the item's position, from 0; max_attempts and
 -- priority as text, cast where the jsonb path casts them). Emptied at each commit.
--- The application calls this once per connection, before its first COPY.
+-- The application calls this in each transaction that COPYs into it (a new session has none).
 CREATE FUNCTION tickler_schedule_stage_open() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN

@@ -55,7 +55,8 @@ SELECT '{"results":[' || coalesce(string_agg(
 FROM r;
 
 -- name: stage_open
--- The session's staging table for schedule_staged (created once per connection).
+-- The session's staging table for schedule_staged (created when the session has none), in the
+-- transaction that fills it.
 SELECT tickler_schedule_stage_open();
 
 -- name: stage_copy

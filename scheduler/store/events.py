@@ -34,8 +34,6 @@ except ImportError:  # an optional speed-up (api/jsonio.py)
 # The staging table's columns (migration 0066, stage_copy), for binary COPY; max_attempts and
 # priority go as text, cast in SQL as the jsonb path casts them (the same errors out of range).
 _STAGE_TYPES = ["int8", "text", "text", "timestamptz", "float8", "jsonb", "text", "text", "text"]
-# Set in a pooled connection's info once its session has the staging table.
-_STAGE_OPENED = "tickler_schedule_stage"
 
 
 # tickler_schedule()'s outcomes for an item it wrote, and for one held under a lease.
@@ -242,9 +240,9 @@ class EventStore(EventOperations):
             conn: psycopg.Connection[Any] = fairy.driver_connection  # type: ignore[assignment]
             try:
                 with conn.cursor(row_factory=tuple_row) as cursor:
-                    opened = fairy.info.get(_STAGE_OPENED)
-                    if not opened:  # once per connection (committed below with the rest)
-                        cursor.execute(driver_sql("stage_open"))
+                    # In this transaction, every time: a pooler in transaction mode may hand the
+                    # next transaction another server session (one look at the catalog when there).
+                    cursor.execute(driver_sql("stage_open"), prepare=True)
                     with cursor.copy(driver_sql("stage_copy")) as copy:
                         copy.set_types(_STAGE_TYPES)
                         write = copy.write_row
@@ -266,8 +264,6 @@ class EventStore(EventOperations):
                     cursor.execute(driver_sql(query), params, prepare=True)
                     rows = cursor.fetchall()
                 conn.commit()
-                if not opened:
-                    fairy.info[_STAGE_OPENED] = True
                 return rows
             except psycopg.Error as error:
                 broken = conn.closed or isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
