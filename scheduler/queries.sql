@@ -29,6 +29,42 @@ SELECT r.ord, r.item_key, r.outcome, r.id
 FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
                       CAST(:debounce_max_seconds AS double precision)) AS r;
 
+-- name: schedule_staged
+-- schedule_many over the items COPYed into the session's staging table in this transaction
+-- (stage_copy; migration 0066): the same rows.
+SELECT r.ord, r.item_key, r.outcome, r.id
+FROM tickler_schedule_staged(:queue, :actor, :on_conflict, CAST(:now AS timestamptz),
+                             CAST(:debounce_max_seconds AS double precision)) AS r;
+
+-- name: schedule_staged_answer
+-- schedule_staged, answered as the API's response body (`{"results":[{"item_key":…,"outcome":…,
+-- "id":…},…]}`, compact JSON, the text the API's JSON writer makes of those results: keys hold no
+-- control character, and to_json escapes `"` and `\` as it does) and the number of items per outcome.
+-- :refused names the items not written (ignored or rejected).
+WITH r AS MATERIALIZED (
+    SELECT r.ord, r.item_key, r.id,
+           CASE WHEN r.outcome IN ('created', 'replaced', 'debounced') THEN r.outcome ELSE :refused END AS outcome
+    FROM tickler_schedule_staged(:queue, :actor, :on_conflict, CAST(:now AS timestamptz),
+                                 CAST(:debounce_max_seconds AS double precision)) AS r
+)
+SELECT '{"results":[' || coalesce(string_agg(
+           '{"item_key":' || to_json(r.item_key)::text || ',"outcome":"' || r.outcome || '","id":'
+           || coalesce(r.id::text, 'null') || '}', ',' ORDER BY r.ord), '') || ']}' AS body,
+       ARRAY(SELECT c.outcome FROM r AS c GROUP BY 1 ORDER BY 1) AS outcomes,
+       ARRAY(SELECT count(*) FROM r AS c GROUP BY c.outcome ORDER BY c.outcome) AS counts
+FROM r;
+
+-- name: stage_open
+-- The session's staging table for schedule_staged (created when the session has none), in the
+-- transaction that fills it.
+SELECT tickler_schedule_stage_open();
+
+-- name: stage_copy
+-- Fill the staging table of schedule_staged (binary COPY, in the order of the columns).
+COPY pg_temp.tickler_schedule_stage (ord, item_key, group_key, schedule_on, delay_seconds, data, max_attempts,
+                                     priority, fairness_key)
+FROM STDIN (FORMAT binary);
+
 -- name: schedule_one_traced
 -- schedule_one, keeping the caller's trace context with the event written (migration 0040).
 SELECT r.outcome AS scheduled, (r.event).*,

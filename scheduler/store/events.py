@@ -8,7 +8,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
+from psycopg.rows import tuple_row
+from psycopg.types.json import Jsonb
 
 from tickler.scheduler.db import driver_rows, unavailable_reason
 from tickler.scheduler.errors import Archived, InFlight, KeyConflict, NotFound, StaleVersion
@@ -27,6 +30,11 @@ try:
     import orjson as _orjson
 except ImportError:  # an optional speed-up (api/jsonio.py)
     _orjson = None  # type: ignore[assignment]
+
+# The staging table's columns (migration 0066, stage_copy), for binary COPY; max_attempts and
+# priority go as text, cast in SQL as the jsonb path casts them (the same errors out of range).
+_STAGE_TYPES = ["int8", "text", "text", "timestamptz", "float8", "jsonb", "text", "text", "text"]
+
 
 # tickler_schedule()'s outcomes for an item it wrote, and for one held under a lease.
 _WRITTEN = frozenset({Scheduled.CREATED, Scheduled.REPLACED, Scheduled.DEBOUNCED})
@@ -84,6 +92,16 @@ def _dumps(value: Any) -> str:
         except TypeError:
             pass
     return json.dumps(value, separators=(",", ":"))
+
+
+def _dumps_bytes(value: Any) -> bytes:
+    """_dumps, as bytes (orjson's own output when it takes the value)."""
+    if _orjson is not None:
+        try:
+            return bytes(_orjson.dumps(value))
+        except TypeError:
+            pass
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def _traces_json(traces: Sequence[TraceContext | None]) -> str:
@@ -149,24 +167,118 @@ class EventStore(EventOperations):
         now: datetime | None = None,
         debounce_max_seconds: float | None = None,
         traces: Sequence[TraceContext | None] | None = None,
+        copy_min_events: int = 0,
     ) -> list[ScheduleResult]:
         """Schedule many events in one statement (keys must be distinct); one result per event, in order.
 
         A key that was not written reports the id of the open event that holds it. `traces`:
-        each event's trace context (by position), kept with the events written.
+        each event's trace context (by position), kept with the events written. A batch of at
+        least `copy_min_events` events (0: never) without trace contexts goes by COPY into a
+        staging table instead of as one jsonb parameter: the same outcomes, rows and errors.
         """
-        params = self._params(queue, events, actor, on_conflict, now, debounce_max_seconds)
-        query = "schedule_many"
-        if traces is not None and any(t is not None for t in traces):
-            query, params["traces"] = "schedule_many_traced", _traces_json(traces)
-        # One statement (its own transaction), on the driver: no per-row SQLAlchemy processing.
-        rows = driver_rows(self.engine, driver_sql(query), params, tuples=True)
+        traced = traces is not None and any(t is not None for t in traces)
+        if copy_min_events and len(events) >= copy_min_events and not traced:
+            rows = self._schedule_staged(queue, events, actor, on_conflict, now, debounce_max_seconds)
+        else:
+            params = self._params(queue, events, actor, on_conflict, now, debounce_max_seconds)
+            query = "schedule_many"
+            if traced:
+                assert traces is not None
+                query, params["traces"] = "schedule_many_traced", _traces_json(traces)
+            # One statement (its own transaction), on the driver: no per-row SQLAlchemy processing.
+            rows = driver_rows(self.engine, driver_sql(query), params, tuples=True)
         refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
         written = _WRITTEN
         return [
             ScheduleResult(item_key, outcome if outcome in written else refused, id_)
             for _, item_key, outcome, id_ in rows
         ]
+
+    def schedule_batch_answer(
+        self,
+        queue: Queue,
+        events: Sequence[NewEvent],
+        *,
+        actor: str,
+        on_conflict: str = OnConflict.REJECT,
+        now: datetime | None = None,
+        debounce_max_seconds: float | None = None,
+    ) -> tuple[str, dict[str, int]]:
+        """schedule_batch by COPY, answered as the HTTP response body its results make
+        (`{"results":[...]}`, compact JSON, written by PostgreSQL: no Python object per result)
+        and the number of events per outcome."""
+        refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
+        ((body, outcomes, counts),) = self._schedule_staged(
+            queue, events, actor, on_conflict, now, debounce_max_seconds, "schedule_staged_answer", str(refused)
+        )
+        return body, dict(zip(outcomes, counts, strict=True))
+
+    def _schedule_staged(
+        self,
+        queue: Queue,
+        events: Sequence[NewEvent],
+        actor: str,
+        on_conflict: str,
+        now: datetime | None,
+        debounce_max_seconds: float | None,
+        query: str = "schedule_staged",
+        refused: str | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """The rows of `query`, the events sent by binary COPY into the session's staging table
+        and written by tickler_schedule_staged() (migration 0066) in the same transaction."""
+        params: dict[str, Any] = {
+            "queue": queue.name,
+            "actor": actor,
+            "on_conflict": on_conflict,
+            "now": now,
+            "debounce_max_seconds": debounce_max_seconds,
+        }
+        if refused is not None:
+            params["refused"] = refused
+        fairy = self.engine.raw_connection()
+        try:
+            conn: psycopg.Connection[Any] = fairy.driver_connection  # type: ignore[assignment]
+            try:
+                with conn.cursor(row_factory=tuple_row) as cursor:
+                    # In this transaction, every time: a pooler in transaction mode may hand the
+                    # next transaction another server session (one look at the catalog when there).
+                    cursor.execute(driver_sql("stage_open"), prepare=True)
+                    with cursor.copy(driver_sql("stage_copy")) as copy:
+                        copy.set_types(_STAGE_TYPES)
+                        write = copy.write_row
+                        for ord_, e in enumerate(events):
+                            data = e.data
+                            write(
+                                (
+                                    ord_,
+                                    e.item_key,
+                                    e.group_key,
+                                    e.schedule_on,
+                                    e.delay_seconds,
+                                    None if data is None else Jsonb(data, _dumps_bytes),
+                                    None if e.max_attempts is None else str(e.max_attempts),
+                                    None if e.priority is None else str(e.priority),
+                                    e.fairness_key,
+                                )
+                            )
+                    cursor.execute(driver_sql(query), params, prepare=True)
+                    rows = cursor.fetchall()
+                conn.commit()
+                return rows
+            except psycopg.Error as error:
+                broken = conn.closed or isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+                if not conn.closed:
+                    try:
+                        conn.rollback()
+                    except psycopg.Error:
+                        broken = True
+                if broken:
+                    fairy.invalidate(error)
+                raise sa.exc.DBAPIError.instance(
+                    query, params, error, psycopg.Error, connection_invalidated=broken
+                ) from error
+        finally:
+            fairy.close()
 
     def _write_group(
         self, key: Hashable, items: Sequence[tuple[NewEvent, TraceContext | None]]
