@@ -127,10 +127,11 @@ def _start_and_run(
     if processes > 1:
         sock.listen(_BACKLOG)  # connections wait in the kernel from now on, whichever process takes them
 
-        def serve_one() -> int:
-            return _serve_web_process(settings, sock, threads)
+        def serve_one(wait_for_parent: Callable[[], None]) -> int:
+            return _serve_web_process(settings, sock, threads, wait_for_parent)
 
-        started.callback(web_processes.WebProcesses(processes - 1, serve_one).start().stop)
+        others = web_processes.WebProcesses(processes - 1, serve_one).start()
+        started.callback(others.stop)
         log.info("web processes", count=processes, metrics_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     app = create_app(settings, configure_logs=False)
     started.callback(close_app, app)
@@ -154,6 +155,8 @@ def _start_and_run(
         web_processes=processes,
     )
     now_serving()
+    if processes > 1:
+        others.release()
     server.run()
     return 0
 
@@ -162,9 +165,12 @@ def _start_and_run(
 _BACKLOG = 1024
 
 
-def _serve_web_process(settings: Settings, sock: socket.socket, threads: int) -> int:
+def _serve_web_process(
+    settings: Settings, sock: socket.socket, threads: int, wait_for_parent: Callable[[], None]
+) -> int:
     """One of the other web processes: its own app (pool, LISTEN connection, group commit) and a
-    waitress on the parent's socket, until SIGTERM or SIGINT. No dispatcher: the parent runs it."""
+    waitress on the parent's socket, from when the parent serves until SIGTERM or SIGINT. No
+    dispatcher: the parent runs it."""
     import waitress
 
     from tickler.api import close_app, create_app
@@ -172,6 +178,7 @@ def _serve_web_process(settings: Settings, sock: socket.socket, threads: int) ->
 
     app = create_app(settings, configure_logs=False)
     try:
+        wait_for_parent()  # until then the parent alone will accept: it runs the dispatcher first
         server = waitress.create_server(app, sockets=[sock], threads=threads, ident="tickler")
         try:
             server.run()  # returns on KeyboardInterrupt (SIGTERM, SIGINT)

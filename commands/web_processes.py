@@ -7,7 +7,9 @@ the child for ever): it forks N-1 at start, and another, after a back-off, when 
 process is tied to its parent's life (PR_SET_PDEATHSIG): a `kill -9` of serve takes the supervisor
 and the web processes with it, and the port is free for the next serve. Each web process builds
 its own app (its own pool, LISTEN connection and group commit) and runs waitress on the inherited
-listening socket; the kernel hands each connection to one of the processes.
+listening socket; the kernel hands each connection to one of the processes. A web process
+builds its app at once but accepts connections only once the parent serves (`release()`): a
+client that reaches serve never finds it half-started, without a dispatcher.
 """
 
 from __future__ import annotations
@@ -125,9 +127,14 @@ def _forked(parent: int, body: Callable[[], int]) -> None:
 class WebProcesses:
     """The parent's handle on the supervisor and its web processes."""
 
-    def __init__(self, count: int, serve_one: Callable[[], int]) -> None:
+    def __init__(self, count: int, serve_one: Callable[[Callable[[], None]], int]) -> None:
         self.count = count
-        self.serve_one = serve_one  # runs in each web process: builds its app and serves until stopped
+        # Runs in each web process: builds its app, calls the function it is given (which returns
+        # once the parent serves), then serves until stopped.
+        self.serve_one = serve_one
+        # The gate: the web processes read its end until the parent closes the other (EOF), which
+        # it does once it serves; a web process started later finds it open at once.
+        self._gate_read, self._gate_write = os.pipe()
         self.pid = 0
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -139,7 +146,10 @@ class WebProcesses:
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _forked(parent, lambda: _Supervisor(self.count, self.serve_one).run())
+            os.close(self._gate_write)  # else the gate could never open: this process would hold it
+            gate = self._gate_read
+            _forked(parent, lambda: _Supervisor(self.count, lambda: self.serve_one(lambda: _wait_open(gate))).run())
+        os.close(self._gate_read)
         self.pid = pid
         self._watcher = threading.Thread(target=self._watch, name="tickler-web-processes", daemon=True)
         self._watcher.start()
@@ -153,6 +163,12 @@ class WebProcesses:
                 pid=self.pid,
                 code=os.waitstatus_to_exitcode(status),
             )
+
+    def release(self) -> None:
+        """Let the web processes accept connections: this process serves now."""
+        if self._gate_write >= 0:
+            os.close(self._gate_write)
+            self._gate_write = -1
 
     def stop(self) -> None:
         """Stop the web processes and wait for them (bounded)."""
@@ -233,6 +249,12 @@ class _Supervisor:
                         os.kill(pid, signal.SIGKILL)
                 deadline = float("inf")
             time.sleep(0.02)
+
+
+def _wait_open(gate: int) -> None:
+    """Return once the parent serves (the gate's other end is closed: EOF)."""
+    while os.read(gate, 1):
+        pass
 
 
 def _mark_dead(pid: int) -> None:

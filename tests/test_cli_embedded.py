@@ -92,6 +92,8 @@ class Serve:
         wait_until(answers, timeout=60, interval=0.1)
 
     def output(self) -> str:
+        if self.log.closed:  # stopped: what it wrote was kept then
+            return self.last_output
         self.log.seek(0)
         return self.log.read().decode(errors="replace")[-3000:]
 
@@ -105,6 +107,7 @@ class Serve:
                     self.process.kill()
                     self.process.wait()
         finally:
+            self.last_output = self.output()
             self.log.close()
 
 
