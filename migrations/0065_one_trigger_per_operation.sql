@@ -82,16 +82,19 @@ DECLARE
     v_old_first     text;
     v_old_last      text;
 BEGIN
-    SELECT bool_or(outcome IS NOT NULL), bool_or(lease_id IS NOT NULL), bool_or(dequeued_on IS NOT NULL),
-           min(queue), max(queue)
-    INTO v_new_outcome, v_new_leased, v_finished, v_new_first, v_new_last
-    FROM new_rows;
+    -- one statement, one pass over each transition table
+    SELECT n.outcome, n.leased, n.finished, n.first, n.last, o.outcome, o.leased, o.first, o.last
+    INTO v_new_outcome, v_new_leased, v_finished, v_new_first, v_new_last,
+         v_old_outcome, v_old_leased, v_old_first, v_old_last
+    FROM (SELECT bool_or(outcome IS NOT NULL) AS outcome, bool_or(lease_id IS NOT NULL) AS leased,
+                 bool_or(dequeued_on IS NOT NULL) AS finished, min(queue) AS first, max(queue) AS last
+          FROM new_rows) AS n,
+         (SELECT bool_or(outcome IS NOT NULL) AS outcome, bool_or(lease_id IS NOT NULL) AS leased,
+                 min(queue) AS first, max(queue) AS last
+          FROM old_rows) AS o;
     IF v_new_first IS NULL THEN  -- no row changed
         RETURN NULL;
     END IF;
-    SELECT bool_or(outcome IS NOT NULL), bool_or(lease_id IS NOT NULL), min(queue), max(queue)
-    INTO v_old_outcome, v_old_leased, v_old_first, v_old_last
-    FROM old_rows;
 
     IF v_new_outcome OR v_old_outcome
        OR v_new_first <> v_new_last OR v_old_first <> v_old_last OR v_new_first <> v_old_first THEN
