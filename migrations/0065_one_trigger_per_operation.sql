@@ -69,7 +69,9 @@ $$;
 -- state, coalesce(outcome, 'open')): when no row had or has an outcome and every row, before and
 -- after, is of one and the same queue (a claim, an extension, a release, a change, a retry that
 -- stays open), the counters cannot change and their query is not run. The leases: with no lease
--- before there is no lease row to end or change; with none after, none to insert or change.
+-- before there is no lease row to end or change, and every leased open row is a new lease (a
+-- claim inserts its lease rows without joining the old rows to the new); with none after, none to
+-- insert or change.
 CREATE FUNCTION tickler_event_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     v_new_outcome   boolean;
@@ -81,13 +83,33 @@ DECLARE
     v_old_leased    boolean;
     v_old_first     text;
     v_old_last      text;
+    v_rows          bigint;
+    -- 0060's three lease statements, the same as below (the text EXECUTE plans for each statement)
+    c_ended CONSTANT text := $q$
+        DELETE FROM tickler_lease AS l
+        USING old_rows AS o JOIN new_rows AS n ON n.id = o.id
+        WHERE o.lease_id IS NOT NULL AND l.lease_id = o.lease_id AND l.event_id = o.id
+          AND (n.lease_id IS DISTINCT FROM o.lease_id OR n.dequeued_on IS NOT NULL)$q$;
+    c_going_on CONSTANT text := $q$
+        UPDATE tickler_lease AS l
+        SET expires_on = n.lease_expires_on, queue = n.queue, group_key = n.group_key, fairness_key = n.fairness_key
+        FROM old_rows AS o JOIN new_rows AS n ON n.id = o.id
+        WHERE n.lease_id = o.lease_id AND n.dequeued_on IS NULL AND l.lease_id = n.lease_id AND l.event_id = n.id
+          AND (n.lease_expires_on, n.queue, n.group_key, n.fairness_key)
+              IS DISTINCT FROM (o.lease_expires_on, o.queue, o.group_key, o.fairness_key)$q$;
+    c_new CONSTANT text := $q$
+        INSERT INTO tickler_lease (lease_id, event_id, queue, group_key, fairness_key, expires_on)
+        SELECT n.lease_id, n.id, n.queue, n.group_key, n.fairness_key, n.lease_expires_on
+        FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id
+        WHERE n.lease_id IS NOT NULL AND n.dequeued_on IS NULL AND n.lease_id IS DISTINCT FROM o.lease_id$q$;
 BEGIN
     -- one statement, one pass over each transition table
-    SELECT n.outcome, n.leased, n.finished, n.first, n.last, o.outcome, o.leased, o.first, o.last
-    INTO v_new_outcome, v_new_leased, v_finished, v_new_first, v_new_last,
+    SELECT n.outcome, n.leased, n.finished, n.first, n.last, n.rows, o.outcome, o.leased, o.first, o.last
+    INTO v_new_outcome, v_new_leased, v_finished, v_new_first, v_new_last, v_rows,
          v_old_outcome, v_old_leased, v_old_first, v_old_last
     FROM (SELECT bool_or(outcome IS NOT NULL) AS outcome, bool_or(lease_id IS NOT NULL) AS leased,
-                 bool_or(dequeued_on IS NOT NULL) AS finished, min(queue) AS first, max(queue) AS last
+                 bool_or(dequeued_on IS NOT NULL) AS finished, min(queue) AS first, max(queue) AS last,
+                 count(*) AS rows
           FROM new_rows) AS n,
          (SELECT bool_or(outcome IS NOT NULL) AS outcome, bool_or(lease_id IS NOT NULL) AS leased,
                  min(queue) AS first, max(queue) AS last
@@ -109,28 +131,44 @@ BEGIN
         ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
     END IF;
 
-    IF v_old_leased THEN
+    IF v_old_leased AND v_rows > 8 THEN
+        -- Rows that had a lease, in a statement of more than a few rows (the reaper, a release or
+        -- a re-claim of many): the three statements below, planned for this statement. A cached
+        -- plan keeps the join of old_rows and new_rows it was made for; made for one row (a
+        -- nested loop), it would rescan one transition table for each row of the other.
+        EXECUTE c_ended;
+        IF v_new_leased THEN
+            EXECUTE c_going_on;
+            EXECUTE c_new;
+        END IF;
+    ELSIF v_old_leased THEN
         -- leases that ended, were replaced, or whose event finished
         DELETE FROM tickler_lease AS l
         USING old_rows AS o JOIN new_rows AS n ON n.id = o.id
         WHERE o.lease_id IS NOT NULL AND l.lease_id = o.lease_id AND l.event_id = o.id
           AND (n.lease_id IS DISTINCT FROM o.lease_id OR n.dequeued_on IS NOT NULL);
-    END IF;
-    IF v_old_leased AND v_new_leased THEN
-        -- leases that go on with a new expiry (extend) or a changed group or key
-        UPDATE tickler_lease AS l
-        SET expires_on = n.lease_expires_on, queue = n.queue, group_key = n.group_key, fairness_key = n.fairness_key
-        FROM old_rows AS o JOIN new_rows AS n ON n.id = o.id
-        WHERE n.lease_id = o.lease_id AND n.dequeued_on IS NULL AND l.lease_id = n.lease_id AND l.event_id = n.id
-          AND (n.lease_expires_on, n.queue, n.group_key, n.fairness_key)
-              IS DISTINCT FROM (o.lease_expires_on, o.queue, o.group_key, o.fairness_key);
-    END IF;
-    IF v_new_leased THEN
-        -- new leases (a claim)
+        IF v_new_leased THEN
+            -- leases that go on with a new expiry (extend) or a changed group or key
+            UPDATE tickler_lease AS l
+            SET expires_on = n.lease_expires_on, queue = n.queue, group_key = n.group_key,
+                fairness_key = n.fairness_key
+            FROM old_rows AS o JOIN new_rows AS n ON n.id = o.id
+            WHERE n.lease_id = o.lease_id AND n.dequeued_on IS NULL AND l.lease_id = n.lease_id
+              AND l.event_id = n.id
+              AND (n.lease_expires_on, n.queue, n.group_key, n.fairness_key)
+                  IS DISTINCT FROM (o.lease_expires_on, o.queue, o.group_key, o.fairness_key);
+            -- new leases (a re-claim)
+            INSERT INTO tickler_lease (lease_id, event_id, queue, group_key, fairness_key, expires_on)
+            SELECT n.lease_id, n.id, n.queue, n.group_key, n.fairness_key, n.lease_expires_on
+            FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id
+            WHERE n.lease_id IS NOT NULL AND n.dequeued_on IS NULL AND n.lease_id IS DISTINCT FROM o.lease_id;
+        END IF;
+    ELSIF v_new_leased THEN
+        -- No row had a lease (a claim): every leased open row is a new lease, no join needed.
         INSERT INTO tickler_lease (lease_id, event_id, queue, group_key, fairness_key, expires_on)
         SELECT n.lease_id, n.id, n.queue, n.group_key, n.fairness_key, n.lease_expires_on
-        FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id
-        WHERE n.lease_id IS NOT NULL AND n.dequeued_on IS NULL AND n.lease_id IS DISTINCT FROM o.lease_id;
+        FROM new_rows AS n
+        WHERE n.lease_id IS NOT NULL AND n.dequeued_on IS NULL;
     END IF;
 
     IF v_finished THEN

@@ -115,6 +115,19 @@ def test_every_statement_keeps_the_counters_and_the_leases(
     ops.retry_matching("emails", Matching(item_key_prefix="k"), actor="ops")
     check("retry matching")
 
+    # statements of more than a few rows that had leases (planned for their own size, 0065)
+    store.events.schedule_batch(emails, [NewEvent(item_key=f"bulk{i}", data={}) for i in range(12)], actor="app")
+    bulk = store.leases.claim(emails, worker="w", limit=50)
+    check("claim of many")
+    extended = raw.execute(
+        "UPDATE tickler_event SET lease_expires_on = lease_expires_on + interval '1 minute' WHERE lease_id IS NOT NULL"
+    )
+    assert extended.rowcount > 8
+    check("many leases extended")
+    store.leases.release([lease.lease_id for lease in bulk], actor="w")
+    check("many leases released")
+    assert not [row for row in lease_rows(raw) if row[2] == "emails"]
+
     # Statements of other writers (plain SQL): a move of open and leased events to another
     # queue, one statement over several queues, a finish as an UPDATE (the previous release's
     # ack), rows inserted leased and finished, a delete of leased rows.
@@ -165,4 +178,4 @@ def test_every_statement_keeps_the_counters_and_the_leases(
     check("queue deleted")
     assert counted(raw)[("emails", "delivered")] >= 2 and counted(raw)[("other", "delivered")] == 2
     assert not [key for key in kept_counts(raw) if key[0] == "digests"]
-    assert len(steps) == 29
+    assert len(steps) == 32
