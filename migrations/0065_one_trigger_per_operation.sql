@@ -185,14 +185,24 @@ END
 $$;
 
 -- DELETE: the counters (0021's DELETE branch) and the lease rows of the deleted events (0060).
+-- The lease rows of more than a few events (an ack of a batch) are deleted by a statement planned
+-- for them: a cached plan made for one row may probe the lease table with a scan of it per row.
 CREATE FUNCTION tickler_event_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_leased  bigint;
 BEGIN
     INSERT INTO tickler_queue_count AS c (queue, state, slot, n)
     SELECT queue, coalesce(outcome, 'open'), pg_backend_pid() % 64, -count(*)
     FROM old_rows GROUP BY 1, 2 ORDER BY 1, 2
     ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
-    DELETE FROM tickler_lease AS l USING old_rows AS o
-    WHERE o.lease_id IS NOT NULL AND l.lease_id = o.lease_id AND l.event_id = o.id;
+    SELECT count(*) INTO v_leased FROM old_rows WHERE lease_id IS NOT NULL;
+    IF v_leased > 8 THEN
+        EXECUTE 'DELETE FROM tickler_lease AS l USING old_rows AS o
+                 WHERE o.lease_id IS NOT NULL AND l.lease_id = o.lease_id AND l.event_id = o.id';
+    ELSIF v_leased > 0 THEN
+        DELETE FROM tickler_lease AS l USING old_rows AS o
+        WHERE o.lease_id IS NOT NULL AND l.lease_id = o.lease_id AND l.event_id = o.id;
+    END IF;
     RETURN NULL;
 END
 $$;

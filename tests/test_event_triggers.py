@@ -127,6 +127,10 @@ def test_every_statement_keeps_the_counters_and_the_leases(
     store.leases.release([lease.lease_id for lease in bulk], actor="w")
     check("many leases released")
     assert not [row for row in lease_rows(raw) if row[2] == "emails"]
+    bulk = store.leases.claim(emails, worker="w", limit=50)
+    assert len(bulk) > 8
+    store.leases.ack([lease.lease_id for lease in bulk])
+    check("many leases acked")
 
     # Statements of other writers (plain SQL): a move of open and leased events to another
     # queue, one statement over several queues, a finish as an UPDATE (the previous release's
@@ -178,4 +182,4 @@ def test_every_statement_keeps_the_counters_and_the_leases(
     check("queue deleted")
     assert counted(raw)[("emails", "delivered")] >= 2 and counted(raw)[("other", "delivered")] == 2
     assert not [key for key in kept_counts(raw) if key[0] == "digests"]
-    assert len(steps) == 32
+    assert len(steps) == 33
