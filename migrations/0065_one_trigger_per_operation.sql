@@ -15,7 +15,7 @@
 -- there is to do: a schedule (INSERT of open, unleased rows) upserts its counter row and nothing
 -- else; a claim (UPDATE of open rows of one queue that gain a lease) inserts its lease rows and
 -- nothing else; a finish moves its rows. The bodies are those of the functions named above, copied
--- from their latest versions.
+-- from their latest versions, with the changes said at each function below.
 --
 -- Not merged: tickler_event_group_fairness (0045, body 0060) stays a BEFORE ROW trigger. Its WHEN
 -- keeps it from running for ungrouped events at all, and its semantics are a row's: it refuses a
