@@ -9,7 +9,7 @@
 --   * Statements that return events return whole rows plus `status` (tickler_status()).
 --   * tickler_event holds open events only. A statement that finishes events (sets dequeued_on)
 --     still updates them there, and returns them; the same statement moves them into
---     tickler_event_history (tickler_move_finished, migration 0021). Reads of an event, open or
+--     tickler_event_history (the move of 0021, in tickler_event_updated since 0065). Reads of an event, open or
 --     finished, read tickler_event, then history through the key's timeline
 --     (tickler_history_event, migration 0063: history has no index by id alone).
 
@@ -741,7 +741,7 @@ SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.group_key, c.sche
 -- Finish every event of these live leases as delivered; returns the leases that were finished.
 -- A lease that expired, was re-claimed or was already finished matches nothing (fencing).
 -- The busiest finish moves its rows itself: deleted from the open events and inserted, finished,
--- into the history (no intermediate version of the row is written; see tickler_move_finished).
+-- into the history (no intermediate version of the row is written; see tickler_event_updated, 0065).
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 finished AS (
     DELETE FROM tickler_event AS e

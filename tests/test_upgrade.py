@@ -457,3 +457,113 @@ def test_upgrade_to_history_without_its_id_index_keeps_reads_and_an_unfinished_a
     finally:
         engine.dispose()
         pg.drop_database(admin_url, url)
+
+
+# -- one statement trigger per operation (migration 0065) ----------------------------------------
+
+TRIGGERS_PREVIOUS = 64  # the last migration with a trigger per task on tickler_event
+
+
+def test_upgrade_to_one_trigger_per_operation_keeps_counters_leases_and_history(admin_url: str) -> None:
+    """A database of the previous triggers, with open, grouped, leased, delivered, dead and
+    cancelled events: after 0065 the counters, the lease rows and the history are the same rows,
+    and the statements that come after it (schedule, claim, extend, nack, ack, cancel, a finish as
+    an UPDATE) keep all three agreeing with the events."""
+    url = pg.create_database(admin_url, prefix="tickler_upgrade_triggers")
+    migrate(url, through=TRIGGERS_PREVIOUS)
+    engine = create_engine(url, pool_size=3)
+    try:
+        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
+            store = Store(engine)
+            now = datetime.now(UTC).replace(microsecond=0)
+            past = now - timedelta(hours=1)
+            queue = add_queue(engine, store, "emails", max_attempts=2)
+            grouped = add_queue(engine, store, "digests")
+            store.events.schedule_batch(
+                queue,
+                [NewEvent(item_key=f"due{i}", data={"i": i}, schedule_on=past) for i in range(8)]
+                + [NewEvent(item_key=f"later{i}", data={}, delay_seconds=3600) for i in range(3)],
+                actor="app",
+                now=past,
+            )
+            store.events.schedule_batch(
+                grouped,
+                [NewEvent(item_key=f"g{i}", data={}, group_key=f"grp{i % 2}", schedule_on=past) for i in range(4)],
+                actor="app",
+                now=past,
+            )
+            leases = store.leases.claim(queue, worker="w", limit=6)
+            group_leases = store.leases.claim(grouped, worker="w", limit=1)
+            store.leases.ack([leases[0].lease_id])
+            store.leases.nack(leases[1].lease_id, error="stop", dead=True)
+            store.leases.nack(leases[2].lease_id, error="later")
+            store.events.cancel("emails", "later0", actor="app")
+
+            def state() -> dict[str, Any]:
+                return {
+                    "counts": sorted(
+                        raw.execute(
+                            "SELECT queue, state, sum(n)::bigint FROM tickler_queue_count GROUP BY 1, 2"
+                            " HAVING sum(n) <> 0"
+                        ).fetchall()
+                    ),
+                    "history_counts": sorted(
+                        raw.execute(
+                            "SELECT day, queue, outcome, sum(n)::bigint FROM tickler_history_count GROUP BY 1, 2, 3"
+                        ).fetchall()
+                    ),
+                    "leases": sorted(raw.execute("SELECT * FROM tickler_lease").fetchall()),
+                    "history": rows(raw, "tickler_event_history"),
+                    "events": rows(raw, "tickler_event"),
+                }
+
+            def agreeing() -> None:
+                counted = raw.execute(
+                    "SELECT queue, coalesce(outcome, 'open'), count(*) FROM tickler_event_all GROUP BY 1, 2"
+                ).fetchall()
+                assert sorted(state()["counts"]) == sorted(counted)
+                leased = raw.execute(
+                    "SELECT lease_id, id, queue, group_key, fairness_key, lease_expires_on FROM tickler_event"
+                    " WHERE lease_id IS NOT NULL AND dequeued_on IS NULL"
+                ).fetchall()
+                in_table = raw.execute(
+                    "SELECT lease_id, event_id, queue, group_key, fairness_key, expires_on FROM tickler_lease"
+                ).fetchall()
+                assert sorted(in_table) == sorted(leased)
+                assert one_value(raw, "SELECT count(*) FROM tickler_event WHERE dequeued_on IS NOT NULL") == 0
+
+            agreeing()
+            before = state()
+            assert len(before["leases"]) == 3 + 2  # three of emails', the group's two events
+            assert len(before["history"]) == 3
+
+            assert 65 in [m.version for m in migrate(url)]
+
+            assert state() == before
+            triggers = raw.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'tickler_event'::regclass AND NOT tgisinternal"
+                " AND tgname NOT IN ('tickler_event_group_fairness', 'tickler_keep_leases_truncated') ORDER BY 1"
+            ).fetchall()
+            assert triggers == [("tickler_event_deleted",), ("tickler_event_inserted",), ("tickler_event_updated",)]
+            # the statements after the upgrade keep all three
+            store.events.schedule(queue, NewEvent(item_key="new", data={}, delay_seconds=3600), actor="app")
+            agreeing()
+            store.leases.extend(leases[3].lease_id, seconds=600)
+            agreeing()
+            store.leases.ack([leases[3].lease_id, group_leases[0].lease_id])
+            agreeing()
+            store.leases.nack(leases[4].lease_id, error="stop", dead=True)
+            agreeing()
+            again = store.leases.claim(queue, worker="w2", limit=20)
+            agreeing()
+            raw.execute(PREVIOUS_ACK, {"lease_ids": [again[0].lease_id]})  # a finish as an UPDATE
+            agreeing()
+            store.leases.release([lease.lease_id for lease in again[1:]], actor="w2")
+            store.events.cancel("emails", "new", actor="app")
+            agreeing()
+            after = state()
+            assert len(after["history"]) == len(before["history"]) + 6  # leases 3, 4, the group's two, again[0], new
+            assert [row[1] for row in after["leases"]] == [leases[5].events[0].id]
+    finally:
+        engine.dispose()
+        pg.drop_database(admin_url, url)
