@@ -125,7 +125,8 @@ def _start_and_run(
         migrate(url)
     settings = settings.with_overrides(database_url=url, migrate_on_start=False)
     if processes > 1:
-        sock.listen(_BACKLOG)  # connections wait in the kernel from now on, whichever process takes them
+        # Not listening yet: until this process's waitress listens (once it is ready), a client
+        # is refused at once, as with one process, rather than left waiting in the backlog.
 
         def serve_one(wait_for_parent: Callable[[], None]) -> int:
             return _serve_web_process(settings, sock, threads, wait_for_parent)
@@ -159,10 +160,6 @@ def _start_and_run(
         others.release()
     server.run()
     return 0
-
-
-# waitress's default listen backlog; each process sets it again when it starts accepting.
-_BACKLOG = 1024
 
 
 def _serve_web_process(
