@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -119,30 +121,51 @@ def unavailable_reason(error: BaseException) -> str | None:
     return None
 
 
-def driver_rows(engine: sa.Engine, statement: str, params: dict[str, Any], *, tuples: bool = False) -> list[Any]:
-    """Run one statement in its own transaction (autocommit: one round trip) on a pooled
-    connection's psycopg connection, prepared, its rows as dicts: for a hot path that needs none
-    of SQLAlchemy's statement and result processing (`tuples`: rows as tuples). A driver error comes out as SQLAlchemy's
-    (IntegrityError, OperationalError, ...), as from any other statement, and a connection that
-    broke is dropped from the pool."""
+@contextmanager
+def driver_connection(
+    engine: sa.Engine, statement: str, params: Mapping[str, Any], *, autocommit: bool = False
+) -> Iterator[psycopg.Connection[Any]]:
+    """A pooled connection's psycopg connection, for a hot path that needs none of SQLAlchemy's
+    statement and result processing: in one transaction, committed when the block ends (or, with
+    `autocommit`, each statement its own: one round trip). A driver error comes out as
+    SQLAlchemy's (IntegrityError, OperationalError, ...) for `statement` and `params`, as from any
+    other statement, after the transaction is rolled back; a connection that broke is dropped
+    from the pool."""
     fairy = engine.raw_connection()
     try:
         conn: psycopg.Connection[Any] = fairy.driver_connection  # type: ignore[assignment]
         try:
-            conn.autocommit = True
+            if autocommit:
+                conn.autocommit = True
             try:
-                with conn.cursor(row_factory=tuple_row if tuples else dict_row) as cursor:
-                    cursor.execute(statement, params, prepare=True)
-                    return cursor.fetchall()
+                yield conn
+                if not autocommit:
+                    conn.commit()
             finally:
-                if not conn.closed:
+                if autocommit and not conn.closed:
                     conn.autocommit = False
         except psycopg.Error as error:
             broken = conn.closed or isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+            if not autocommit and not conn.closed:
+                try:
+                    conn.rollback()
+                except psycopg.Error:
+                    broken = True
             if broken:
                 fairy.invalidate(error)
             raise sa.exc.DBAPIError.instance(
-                statement, params, error, psycopg.Error, connection_invalidated=broken
+                statement, dict(params), error, psycopg.Error, connection_invalidated=broken
             ) from error
     finally:
         fairy.close()
+
+
+def driver_rows(engine: sa.Engine, statement: str, params: dict[str, Any], *, tuples: bool = False) -> list[Any]:
+    """Run one statement in its own transaction (autocommit) on the driver (driver_connection),
+    prepared, its rows as dicts (`tuples`: as tuples)."""
+    with (
+        driver_connection(engine, statement, params, autocommit=True) as conn,
+        conn.cursor(row_factory=tuple_row if tuples else dict_row) as cursor,
+    ):
+        cursor.execute(statement, params, prepare=True)
+        return cursor.fetchall()

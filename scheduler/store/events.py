@@ -8,12 +8,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
 import sqlalchemy as sa
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
-from tickler.scheduler.db import driver_rows, unavailable_reason
+from tickler.scheduler.db import driver_connection, driver_rows, unavailable_reason
 from tickler.scheduler.errors import Archived, InFlight, KeyConflict, NotFound, StaleVersion
 from tickler.scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEntry
 from tickler.scheduler.rules import format_timestamp
@@ -235,50 +234,31 @@ class EventStore(EventOperations):
         }
         if refused is not None:
             params["refused"] = refused
-        fairy = self.engine.raw_connection()
-        try:
-            conn: psycopg.Connection[Any] = fairy.driver_connection  # type: ignore[assignment]
-            try:
-                with conn.cursor(row_factory=tuple_row) as cursor:
-                    # In this transaction, every time: a pooler in transaction mode may hand the
-                    # next transaction another server session (one look at the catalog when there).
-                    cursor.execute(driver_sql("stage_open"), prepare=True)
-                    with cursor.copy(driver_sql("stage_copy")) as copy:
-                        copy.set_types(_STAGE_TYPES)
-                        write = copy.write_row
-                        for ord_, e in enumerate(events):
-                            data = e.data
-                            write(
-                                (
-                                    ord_,
-                                    e.item_key,
-                                    e.group_key,
-                                    e.schedule_on,
-                                    e.delay_seconds,
-                                    None if data is None else Jsonb(data, _dumps_bytes),
-                                    None if e.max_attempts is None else str(e.max_attempts),
-                                    None if e.priority is None else str(e.priority),
-                                    e.fairness_key,
-                                )
-                            )
-                    cursor.execute(driver_sql(query), params, prepare=True)
-                    rows = cursor.fetchall()
-                conn.commit()
-                return rows
-            except psycopg.Error as error:
-                broken = conn.closed or isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
-                if not conn.closed:
-                    try:
-                        conn.rollback()
-                    except psycopg.Error:
-                        broken = True
-                if broken:
-                    fairy.invalidate(error)
-                raise sa.exc.DBAPIError.instance(
-                    query, params, error, psycopg.Error, connection_invalidated=broken
-                ) from error
-        finally:
-            fairy.close()
+        statement = driver_sql(query)
+        with driver_connection(self.engine, statement, params) as conn, conn.cursor(row_factory=tuple_row) as cursor:
+            # In this transaction, every time: a pooler in transaction mode may hand the next
+            # transaction another server session (one look at the catalog when there).
+            cursor.execute(driver_sql("stage_open"), prepare=True)
+            with cursor.copy(driver_sql("stage_copy")) as copy:
+                copy.set_types(_STAGE_TYPES)
+                write = copy.write_row
+                for ord_, e in enumerate(events):
+                    data = e.data
+                    write(
+                        (
+                            ord_,
+                            e.item_key,
+                            e.group_key,
+                            e.schedule_on,
+                            e.delay_seconds,
+                            None if data is None else Jsonb(data, _dumps_bytes),
+                            None if e.max_attempts is None else str(e.max_attempts),
+                            None if e.priority is None else str(e.priority),
+                            e.fairness_key,
+                        )
+                    )
+            cursor.execute(statement, params, prepare=True)
+            return cursor.fetchall()
 
     def _write_group(
         self, key: Hashable, items: Sequence[tuple[NewEvent, TraceContext | None]]
