@@ -26,7 +26,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from tickler.config import WorkerSettings
-from tickler.scheduler import history, metrics, recurring, tracing
+from tickler.scheduler import history, metrics, recurring, statistics, tracing
 from tickler.scheduler.db import unavailable_reason
 from tickler.scheduler.delivery import Dead, Delivered, Deliverer, Failed, Outcome
 from tickler.scheduler.finisher import Finisher
@@ -106,6 +106,17 @@ class Dispatcher:
         )
         for job, seconds, name in jobs:
             self._scheduler.add_job(job, "interval", seconds=seconds, id=name, max_instances=1, coalesce=True)
+        # The hot tables' planner statistics: at start (a new database, a large import), then every
+        # few seconds (scheduler/statistics.py).
+        self._scheduler.add_job(
+            statistics.periodic(self.store),
+            "interval",
+            seconds=statistics.INTERVAL_SECONDS,
+            id="planner_statistics",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(UTC),
+        )
         # History partitions: once at start (a worker that was down for days), then now and then.
         self._scheduler.add_job(
             history.periodic(self.store),

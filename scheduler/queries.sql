@@ -290,6 +290,26 @@ SELECT c.in_flight, c.due FROM tickler_live_counts(:queue, coalesce(CAST(:now AS
 SELECT m.created, m.dropped
 FROM tickler_maintain_history(CAST(:now AS timestamptz), CAST(:days_ahead AS integer)) AS m;
 
+-- name: stale_statistics
+-- The hot tables (:tables) whose planner statistics are missing or old (scheduler/store/statistics.py):
+-- never analyzed (by ANALYZE or autovacuum), or grown past :growth times the pages that the last
+-- ANALYZE or VACUUM recorded (pg_class.relpages), and at least :min_pages pages now. The size is
+-- the file's, current at every look; the table's row counts in pg_stat_user_tables reach it only
+-- when the writing backends report them, seconds later. Only tables this role may analyze.
+SELECT t.table_name, t.pages_now, CASE WHEN t.analyzed THEN t.pages_then END AS pages_then
+FROM (
+    SELECT c.relname AS table_name, c.relpages AS pages_then,
+           pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages_now,
+           coalesce(s.analyze_count + s.autoanalyze_count > 0, false) AS analyzed
+    FROM pg_class AS c
+    LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+    WHERE c.oid = ANY(ARRAY(SELECT to_regclass(name) FROM unnest(CAST(:tables AS text[])) AS name))
+      AND (pg_has_role(c.relowner, 'USAGE') OR (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user))
+) AS t
+WHERE t.pages_now >= :min_pages
+  AND (NOT t.analyzed OR t.pages_now > :growth * greatest(t.pages_then, 1))
+ORDER BY t.table_name;
+
 -- name: upsert_queue
 -- Create a queue or change its settings; `created` tells which. Dispatchers are woken, so that
 -- they start serving a new webhook queue at once.

@@ -11,6 +11,7 @@ from tickler.scheduler.store.operations import DeletedQueue, QueueGauges
 from tickler.scheduler.store.queues import QueueSettings, QueueStore
 from tickler.scheduler.store.schedules import Schedule, ScheduleSpec, ScheduleStore
 from tickler.scheduler.store.search import Matching
+from tickler.scheduler.store.statistics import StatisticsStore
 from tickler.scheduler.store.tokens import TokenStore
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "ScheduleSpec",
     "ScheduleStore",
     "SearchFilter",
+    "StatisticsStore",
     "Store",
     "TokenStore",
 ]
@@ -50,6 +52,7 @@ class Store:
         self.leases = LeaseStore(engine)
         self.schedules = ScheduleStore(engine)
         self.history = HistoryStore(engine)
+        self.statistics = StatisticsStore(engine)
 
     def ping(self) -> None:
         with self.engine.connect() as conn:
