@@ -291,23 +291,27 @@ SELECT m.created, m.dropped
 FROM tickler_maintain_history(CAST(:now AS timestamptz), CAST(:days_ahead AS integer)) AS m;
 
 -- name: stale_statistics
--- The hot tables (:tables) whose planner statistics are missing or old (scheduler/store/statistics.py):
--- never analyzed (by ANALYZE or autovacuum), or grown past :growth times the pages that the last
--- ANALYZE or VACUUM recorded (pg_class.relpages), and at least :min_pages pages now. The size is
--- the file's, current at every look; the table's row counts in pg_stat_user_tables reach it only
--- when the writing backends report them, seconds later. Only tables this role may analyze.
-SELECT t.table_name, t.pages_now, CASE WHEN t.analyzed THEN t.pages_then END AS pages_then
+-- The hot tables (:tables) whose planner statistics are missing or old (scheduler/store/statistics.py),
+-- that this role may analyze. By the table's file, current at every look: never analyzed (by
+-- ANALYZE or autovacuum) and at least :min_pages pages, or grown past :growth times the pages the
+-- last ANALYZE or VACUUM recorded. By its committed rows (the statistics views' live rows, which
+-- the writing backends report up to seconds after their commits): at least :min_rows and more
+-- than :growth times the rows the last ANALYZE or VACUUM found. The second catches an ANALYZE
+-- that ran while a large insert was still uncommitted: its file had grown, its rows were not
+-- there to sample.
+SELECT t.table_name, t.pages_now, t.rows_now, t.rows_then
 FROM (
-    SELECT c.relname AS table_name, c.relpages AS pages_then,
+    SELECT c.relname AS table_name, c.relpages AS pages_then, c.reltuples AS rows_then,
            pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages_now,
-           coalesce(s.analyze_count + s.autoanalyze_count > 0, false) AS analyzed
+           coalesce(s.n_live_tup, 0) AS rows_now
     FROM pg_class AS c
     LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
     WHERE c.oid = ANY(ARRAY(SELECT to_regclass(name) FROM unnest(CAST(:tables AS text[])) AS name))
       AND (pg_has_role(c.relowner, 'USAGE') OR (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user))
 ) AS t
-WHERE t.pages_now >= :min_pages
-  AND (NOT t.analyzed OR t.pages_now > :growth * greatest(t.pages_then, 1))
+WHERE (t.rows_then < 0 AND t.pages_now >= :min_pages)
+   OR (t.rows_then >= 0 AND t.pages_now > :growth * greatest(t.pages_then, :min_pages))
+   OR (t.rows_now >= :min_rows AND t.rows_now > :growth * greatest(t.rows_then, 1))
 ORDER BY t.table_name;
 
 -- name: upsert_queue
