@@ -4,6 +4,7 @@ install) and after a large load: a plan that scans open events would slow every 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -216,6 +217,45 @@ def test_due_counts_read_only_the_due_range_of_a_large_future_backlog(
         # a read the planner expects to return more than 1 % of the table is not a read of the due few
         assert all(kind != "Seq Scan" and rows <= 300 for kind, _, rows in scans), (name, scans)
     assert store.queues.counts("emails")["due"] == 90
+
+
+def test_the_claim_on_its_generic_plan_reads_the_first_due_events(
+    fresh_install: tuple[Store, psycopg.Connection[Any]],
+) -> None:
+    """The plain claim runs on its generic plan (driver_rows(generic_plan=True)): made once for any
+    limit and clock, with a backlog of 20,000 due events and 20,000 future ones it must still
+    read the claimable index in order from the first due event, and stop after the limit."""
+    store, raw = fresh_install
+    queue = store.queues.put("emails", QueueSettings(), Settings()).queue
+    for start, delay in ((0, 0), (20_000, 3600)):
+        for first in range(start, start + 20_000, 5_000):
+            store.events.schedule_batch(
+                queue,
+                [NewEvent(item_key=f"k{i}", data={}, delay_seconds=delay) for i in range(first, first + 5_000)],
+                actor="load",
+            )
+    raw.execute("ANALYZE tickler_event")
+    store.leases.claim(queue, worker="w", limit=50)  # the generic plan of the store's own run
+    text = str(queries()["claim_events"].compile(compile_kwargs={"render_postcompile": True}))
+    names: list[str] = []
+
+    def numbered(match: re.Match[str]) -> str:  # :name -> $n, in order of first use (not ::casts)
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    text = re.sub(r"(?<!:):([a-z_]+)", numbered, text)
+    raw.execute(f"PREPARE claim AS {text}")
+    raw.execute("SET plan_cache_mode = force_generic_plan")
+    args = {"queue": "emails", "worker": "w", "limit": 10, "lease_seconds": 30.0, "now": None, "flow": False}
+    bound = ", ".join(psycopg.sql.Literal(args[name]).as_string(raw) for name in names)
+    row = raw.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim({bound})").fetchone()
+    assert row is not None
+    top = row[0][0]
+    plan_text = json.dumps(top)
+    assert "tickler_event_claimable" in plan_text and not scanned(plan_text), plan_text
+    assert top["Plan"]["Actual Rows"] == 10
+    assert top["Plan"]["Shared Hit Blocks"] + top["Plan"]["Shared Read Blocks"] < 1_000, plan_text
 
 
 @pytest.mark.parametrize("analysed", [False, True])
