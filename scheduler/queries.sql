@@ -292,27 +292,20 @@ FROM tickler_maintain_history(CAST(:now AS timestamptz), CAST(:days_ahead AS int
 
 -- name: stale_statistics
 -- The hot tables (:tables) whose planner statistics are missing or old (scheduler/store/statistics.py),
--- that this role may analyze. By the table's file, current at every look: never analyzed (by
--- ANALYZE or autovacuum) and at least :min_pages pages, or grown past :growth times the pages the
--- last ANALYZE or VACUUM recorded. By its committed rows (the statistics views' live rows, which
--- the writing backends report up to seconds after their commits): at least :min_rows and more
--- than :growth times the rows the last ANALYZE or VACUUM found. The second catches an ANALYZE
--- that ran while a large insert was still uncommitted: its file had grown, its rows were not
--- there to sample.
-SELECT t.table_name, t.pages_now, t.rows_now, t.rows_then
-FROM (
-    SELECT c.relname AS table_name, c.relpages AS pages_then, c.reltuples AS rows_then,
-           pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages_now,
-           coalesce(s.n_live_tup, 0) AS rows_now
-    FROM pg_class AS c
-    LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
-    WHERE c.oid = ANY(ARRAY(SELECT to_regclass(name) FROM unnest(CAST(:tables AS text[])) AS name))
-      AND (pg_has_role(c.relowner, 'USAGE') OR (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user))
-) AS t
-WHERE (t.rows_then < 0 AND t.pages_now >= :min_pages)
-   OR (t.rows_then >= 0 AND t.pages_now > :growth * greatest(t.pages_then, :min_pages))
-   OR (t.rows_now >= :min_rows AND t.rows_now > :growth * greatest(t.rows_then, 1))
-ORDER BY t.table_name;
+-- that this role may analyze: at least :min_rows live rows, and never analyzed (by ANALYZE or
+-- autovacuum; pg_class.reltuples -1) or holding more than :growth times the rows the last ANALYZE
+-- or VACUUM found. The live rows are the statistics views' count of committed inserts less deletes,
+-- which the writing backends report within a second or so of their commits. Not the file's size:
+-- it grows while a large insert is uncommitted, and an ANALYZE then would sample none of its rows
+-- and record an empty table.
+SELECT c.relname AS table_name, s.n_live_tup AS rows_now, c.reltuples AS rows_then
+FROM pg_class AS c
+JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = ANY(ARRAY(SELECT to_regclass(name) FROM unnest(CAST(:tables AS text[])) AS name))
+  AND (pg_has_role(c.relowner, 'USAGE') OR (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user))
+  AND s.n_live_tup >= :min_rows
+  AND (c.reltuples < 0 OR s.n_live_tup > :growth * greatest(c.reltuples, 1))
+ORDER BY c.relname;
 
 -- name: upsert_queue
 -- Create a queue or change its settings; `created` tells which. Dispatchers are woken, so that

@@ -16,13 +16,11 @@ log = structlog.get_logger(__name__)
 # A look is one query on pg_class and the statistics views: cheap enough to make every second,
 # so that a burst of events gets its statistics while the dispatchers are still draining it.
 INTERVAL_SECONDS = 1.0
-# Below this size (512 KiB) or this many open events a claim reads little whatever its plan:
-# autovacuum's pace is enough.
-MIN_PAGES = 64
+# Below this many open events a claim reads little whatever its plan: autovacuum's pace is enough.
 MIN_ROWS = 1_000
-# Statistics are refreshed when the table has grown past this many times the pages or rows they
-# were taken at; the churn of a steady load (every claim and finish rewrites rows, the file keeps
-# its size) is left to autovacuum.
+# Statistics are refreshed when the table holds more than this many times the rows they were
+# taken at; the churn of a steady load (every claim and finish rewrites rows, their number stays)
+# is left to autovacuum.
 GROWTH = 4.0
 
 
@@ -34,16 +32,10 @@ class StatisticsKeeper:
         """One look: ANALYZE each hot table whose statistics are stale; the tables analyzed. (A
         table whose ANALYZE was skipped behind another's lock is looked at again next time.)"""
         analyzed = []
-        for table in self.store.statistics.stale(min_pages=MIN_PAGES, min_rows=MIN_ROWS, growth=GROWTH):
+        for table in self.store.statistics.stale(min_rows=MIN_ROWS, growth=GROWTH):
             self.store.statistics.analyze(table.name)
             analyzed.append(table.name)
-            log.info(
-                "statistics_refreshed",
-                table=table.name,
-                pages=table.pages_now,
-                rows=table.rows_now,
-                rows_before=table.rows_then,
-            )
+            log.info("statistics_refreshed", table=table.name, rows=table.rows_now, rows_before=table.rows_then)
         return analyzed
 
 

@@ -27,27 +27,23 @@ HOT_TABLES = ("tickler_event", "tickler_lease")
 
 @dataclass(frozen=True)
 class StaleTable:
-    """A hot table of `pages_now` pages and `rows_now` live rows (as last reported) whose
-    statistics are missing (`rows_then` None) or were taken when it held `rows_then`."""
+    """A hot table of `rows_now` live rows (as last reported) whose statistics are missing
+    (`rows_then` None) or were taken when it held `rows_then`."""
 
     name: str
-    pages_now: int
     rows_now: int
     rows_then: int | None
 
 
 class StatisticsStore(EngineStore):
-    def stale(self, *, min_pages: int, min_rows: int, growth: float) -> list[StaleTable]:
-        """The hot tables, that this role may analyze, that were never analyzed and hold at least
-        `min_pages` pages, or have grown past `growth` times the pages or (at least `min_rows`)
-        the rows their statistics were taken at."""
-        params = {"tables": list(HOT_TABLES), "min_pages": min_pages, "min_rows": min_rows, "growth": growth}
+    def stale(self, *, min_rows: int, growth: float) -> list[StaleTable]:
+        """The hot tables of at least `min_rows` live rows, that this role may analyze, that were
+        never analyzed or hold more than `growth` times the rows their statistics were taken at."""
+        params = {"tables": list(HOT_TABLES), "min_rows": min_rows, "growth": growth}
         with self.autocommit.connect() as conn:
             rows = conn.execute(q("stale_statistics"), params).all()
         return [
-            StaleTable(
-                row.table_name, int(row.pages_now), int(row.rows_now), None if row.rows_then < 0 else int(row.rows_then)
-            )
+            StaleTable(row.table_name, int(row.rows_now), None if row.rows_then < 0 else int(row.rows_then))
             for row in rows
         ]
 
