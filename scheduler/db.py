@@ -160,30 +160,12 @@ def driver_connection(
         fairy.close()
 
 
-def driver_rows(
-    engine: sa.Engine, statement: str, params: dict[str, Any], *, tuples: bool = False, generic_plan: bool = False
-) -> list[Any]:
-    """Run one statement in its own transaction on the driver (driver_connection), prepared, its
-    rows as dicts (`tuples`: as tuples).
-
-    `generic_plan`: run it on the plan PostgreSQL made once for any parameters, not one planned
-    for each call's values. A prepared statement is planned for its values on each of its first
-    five runs, then keeps a generic plan only when that one is estimated no dearer; a statement
-    with `LIMIT :limit` never is (a generic plan is costed for a tenth of the rows), so it is
-    planned anew at every run. For the claims that planning was half of the statement's CPU
-    (bench/analysis.md, "Claims planned at every call"). Set for this transaction only
-    (SET LOCAL), sent with the statement and the commit in one round trip (pipeline)."""
-    row_factory = tuple_row if tuples else dict_row
-    if not generic_plan:
-        with (
-            driver_connection(engine, statement, params, autocommit=True) as conn,
-            conn.cursor(row_factory=row_factory) as cursor,
-        ):
-            cursor.execute(statement, params, prepare=True)
-            return cursor.fetchall()
-    with driver_connection(engine, statement, params) as conn, conn.cursor(row_factory=row_factory) as cursor:
-        with conn.pipeline():
-            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            cursor.execute(statement, params, prepare=True)
-            conn.commit()
+def driver_rows(engine: sa.Engine, statement: str, params: dict[str, Any], *, tuples: bool = False) -> list[Any]:
+    """Run one statement in its own transaction (autocommit) on the driver (driver_connection),
+    prepared, its rows as dicts (`tuples`: as tuples)."""
+    with (
+        driver_connection(engine, statement, params, autocommit=True) as conn,
+        conn.cursor(row_factory=tuple_row if tuples else dict_row) as cursor,
+    ):
+        cursor.execute(statement, params, prepare=True)
         return cursor.fetchall()

@@ -401,7 +401,8 @@ SELECT min(next_on) AS next_on, clock_timestamp() AS db_now FROM (
 UPDATE tickler_queue SET next_wake = :next_wake WHERE name = ANY(CAST(:queues AS text[]));
 
 -- fragment: claim_ended_leases
--- The end of claim_events and claim_events_round_robin, shared word for word: each defines `clock`,
+-- The end of claim_events_round_robin and of tickler_claim_events() (migration 0067, which holds
+-- claim_events' statement), the same text in both: change both together. Each defines `clock`,
 -- `expired` (the queue's expired leases it locked: id, the lease's columns, attempt, dies) and
 -- `chosen` (the unleased events it locked, in order: id) before it. `died` ends the expired leases
 -- that were their events' last attempt (tickler_end_expired_leases); `claimed` leases the others
@@ -452,62 +453,12 @@ logged AS (  -- the expired leases this claim ended
 -- read from its first due event on, and the claim stops reading once it has :limit events (the
 -- levels and their scans are pulled lazily), so a batch never takes a lower level's event while
 -- a higher level has due events it could take.
-WITH RECURSIVE clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-levels AS (
-    (SELECT e.priority FROM tickler_event AS e
-     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
-     ORDER BY e.priority DESC LIMIT 1)
-    UNION ALL
-    SELECT (SELECT e.priority FROM tickler_event AS e
-            WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
-              AND e.priority < l.priority
-            ORDER BY e.priority DESC LIMIT 1)
-    FROM levels AS l WHERE l.priority IS NOT NULL
-),
-expired AS (
-    SELECT e.id, e.lease_id, e.claimed_by, e.lease_expires_on, e.claimed_on, e.claimed_expires_on,
-           e.redeliver_count + 1 AS attempt,
-           tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts) AS dies
-    FROM tickler_event AS e
-    -- the queue's expired leases, from the lease table (migration 0060), then their rows
-    WHERE e.id = ANY(ARRAY(
-            SELECT l.event_id FROM tickler_lease AS l
-            WHERE l.queue = :queue AND l.group_key IS NULL AND l.expires_on <= (SELECT now FROM clock)
-            ORDER BY l.expires_on LIMIT :limit))
-      AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
-      AND e.lease_expires_on <= (SELECT now FROM clock)
-      AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
-                                             AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
-                                      FROM tickler_queue AS q WHERE q.name = :queue))
-    ORDER BY e.lease_expires_on
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-),
-chosen AS (  -- the unleased due events, in claim order
-    SELECT c.id FROM levels AS l
-    CROSS JOIN LATERAL (
-        SELECT e.id FROM tickler_event AS e
-        WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
-          AND e.priority = l.priority AND e.schedule_on <= (SELECT now FROM clock)
-          -- the fast path takes nothing from a paused or limited queue: those are claimed only under
-          -- the queue's flow lock (:flow, see flow_room), whatever a caller believes the settings are
-          AND (CAST(:flow AS boolean) OR (
-              SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
-                     AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
-              FROM tickler_queue AS q WHERE q.name = :queue))
-        ORDER BY e.schedule_on, e.id
-        LIMIT :limit
-        FOR UPDATE OF e SKIP LOCKED
-    ) AS c
-    WHERE l.priority IS NOT NULL
-    LIMIT :limit
-),
--- include: claim_ended_leases
--- One row per claimed event, with whether its claim ended an expired lease; `died`: how many
--- events died of an expired lease (also on the one row of NULLs when nothing was claimed).
-SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died
-FROM died AS d CROSS JOIN logged AS l LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
-ORDER BY c.priority DESC, c.schedule_on, c.id;
+-- The statement is tickler_claim_events() (migration 0067): a PL/pgSQL function planned once per
+-- session on a generic plan, where a prepared statement with LIMIT :limit was planned at every call.
+SELECT (r.event).*, 'in_flight' AS status, r.lease_ended, r.died
+FROM tickler_claim_events(:queue, :worker, CAST(:limit AS integer), CAST(:lease_seconds AS double precision),
+                          CAST(:now AS timestamptz), CAST(:flow AS boolean)) AS r
+ORDER BY (r.event).priority DESC, (r.event).schedule_on, (r.event).id;
 
 -- name: claim_events_round_robin
 -- Lease up to :limit due, ungrouped events of a fair-share queue without a cap (fair_share, no

@@ -66,6 +66,28 @@ def populated(raw: psycopg.Connection[Any]) -> set[str]:
     return {"tickler_event"} | {row[0] for row in found}
 
 
+def claim_plan(raw: psycopg.Connection[Any], *, analyze: bool = False) -> dict[str, Any]:
+    """EXPLAIN (FORMAT JSON) of the plain claim's statement as tickler_claim_events() (migration
+    0067) runs it: its text from the function, prepared, on a generic plan (the function's SET
+    clause), for queue 'emails', limit 10. `analyze`: run it (it claims) and count buffers."""
+    row = raw.execute("SELECT prosrc FROM pg_proc WHERE proname = 'tickler_claim_events'").fetchone()
+    assert row is not None
+    source: str = row[0]
+    statement = source[source.index("RETURN QUERY") + len("RETURN QUERY") : source.rindex(";")]
+    for number, name in enumerate(("p_queue", "p_worker", "p_limit", "p_lease_seconds", "p_now", "p_flow"), 1):
+        statement = re.sub(rf"\b{name}\b", f"${number}", statement)
+    raw.execute("DEALLOCATE ALL")
+    raw.execute(f"PREPARE claim AS {statement}")
+    raw.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
+        found = raw.execute(f"EXPLAIN ({options}) EXECUTE claim('emails', 'w', 10, 30, NULL, false)").fetchone()
+    finally:
+        raw.execute("RESET plan_cache_mode")
+    assert found is not None
+    return dict(found[0][0])
+
+
 @pytest.fixture
 def fresh_install(admin_url: str) -> Iterator[tuple[Store, psycopg.Connection[Any]]]:
     """A database of its own, just migrated: no statistics at all. (The suite's shared database
@@ -100,12 +122,8 @@ def test_claims_and_acks_use_their_indexes(
     leases = store.leases.claim(queue, worker="w", limit=50)
     if analysed:
         raw.execute("ANALYZE tickler_event")
-    claim = plan(
-        raw,
-        "claim_events",
-        {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None, "flow": False},
-    )
-    assert "tickler_event_claimable" in claim and not scanned(claim)
+    claim = json.dumps(claim_plan(raw))
+    assert "tickler_event_claimable" in claim and not scanned(claim), claim
     ack = plan(
         raw,
         "ack_leases",
@@ -222,9 +240,10 @@ def test_due_counts_read_only_the_due_range_of_a_large_future_backlog(
 def test_the_claim_on_its_generic_plan_reads_the_first_due_events(
     fresh_install: tuple[Store, psycopg.Connection[Any]],
 ) -> None:
-    """The plain claim runs on its generic plan (driver_rows(generic_plan=True)): made once for any
-    limit and clock, with a backlog of 20,000 due events and 20,000 future ones it must still
-    read the claimable index in order from the first due event, and stop after the limit."""
+    """The plain claim is tickler_claim_events() (migration 0067), whose statement runs on a
+    generic plan, made once for any limit and clock: with a backlog of 20,000 due events and
+    20,000 future ones it must still read the claimable index in order from the first due event,
+    and stop after the limit. The function's statement, prepared on a generic plan, is explained."""
     store, raw = fresh_install
     queue = store.queues.put("emails", QueueSettings(), Settings()).queue
     for start, delay in ((0, 0), (20_000, 3600)):
@@ -235,27 +254,14 @@ def test_the_claim_on_its_generic_plan_reads_the_first_due_events(
                 actor="load",
             )
     raw.execute("ANALYZE tickler_event")
-    store.leases.claim(queue, worker="w", limit=50)  # the generic plan of the store's own run
-    text = str(queries()["claim_events"].compile(compile_kwargs={"render_postcompile": True}))
-    names: list[str] = []
-
-    def numbered(match: re.Match[str]) -> str:  # :name -> $n, in order of first use (not ::casts)
-        if match[1] not in names:
-            names.append(match[1])
-        return f"${names.index(match[1]) + 1}"
-
-    text = re.sub(r"(?<!:):([a-z_]+)", numbered, text)
-    raw.execute(f"PREPARE claim AS {text}")
-    raw.execute("SET plan_cache_mode = force_generic_plan")
-    args = {"queue": "emails", "worker": "w", "limit": 10, "lease_seconds": 30.0, "now": None, "flow": False}
-    bound = ", ".join(psycopg.sql.Literal(args[name]).as_string(raw) for name in names)
-    row = raw.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim({bound})").fetchone()
-    assert row is not None
-    top = row[0][0]
+    store.leases.claim(queue, worker="w", limit=50)  # through the function
+    top = claim_plan(raw, analyze=True)
     plan_text = json.dumps(top)
     assert "tickler_event_claimable" in plan_text and not scanned(plan_text), plan_text
     assert top["Plan"]["Actual Rows"] == 10
     assert top["Plan"]["Shared Hit Blocks"] + top["Plan"]["Shared Read Blocks"] < 1_000, plan_text
+    settings = raw.execute("SELECT proconfig FROM pg_proc WHERE proname = 'tickler_claim_events'").fetchone()
+    assert settings is not None and "plan_cache_mode=force_generic_plan" in settings[0]
 
 
 @pytest.mark.parametrize("analysed", [False, True])

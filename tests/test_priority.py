@@ -22,8 +22,8 @@ from tests.helpers import assert_problem, key_url, schedule, written
 from tests.helpers_http import QuietHandler, serving
 from tests.helpers_wait import wait_until
 from tests.test_flow import listening, pull_consumer
+from tests.test_plans import claim_plan, plan, scanned
 from tests.test_plans import fresh_install as fresh_install
-from tests.test_plans import plan, scanned
 from tests.workers.spawn import logs, start_worker, stop_workers
 from tickler.config import Settings
 from tickler.scheduler.models import Lease, NewEvent, Queue
@@ -487,11 +487,7 @@ def test_priority_and_fair_claims_stay_on_their_indexes(request: pytest.FixtureR
     )
     if analysed:
         raw.execute("ANALYZE tickler_event")
-    claim = plan(
-        raw,
-        "claim_events",
-        {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None, "flow": False},
-    )
+    claim = json.dumps(claim_plan(raw))  # tickler_claim_events()'s statement, on its generic plan
     assert "tickler_event_claimable_priority" in claim and not scanned(claim), claim
     fair = plan(
         raw,

@@ -177,12 +177,7 @@ class LeaseStore(EngineStore):
             "flow": False,
             "cap": None,
         }
-        if fair:
-            rows = driver_rows(self.engine, driver_sql("claim_events_round_robin"), params)
-        else:
-            # on its generic plan: planned for each call's values, the claim spent as much CPU
-            # planning as running (driver_rows; tests/test_plans.py holds the plan to its indexes)
-            rows = driver_rows(self.engine, driver_sql("claim_events"), params, generic_plan=True)
+        rows = driver_rows(self.engine, driver_sql("claim_events_round_robin" if fair else "claim_events"), params)
         # the expired leases it ended: of events it claimed, and of events that died of them
         _count_expired(queue, sum(1 for row in rows if row["lease_ended"]) + (rows[0]["died"] if rows else 0))
         return _leases([row for row in rows if row["id"] is not None])
