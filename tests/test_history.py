@@ -15,7 +15,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from tests.conftest import auth
-from tests.test_plans import plan
+from tests.test_plans import claim_plan, plan
 from tickler.config import Settings
 from tickler.pipeline import db
 from tickler.scheduler.models import NewEvent, Queue
@@ -94,11 +94,8 @@ def test_claims_due_counts_and_gauges_read_no_history(
     deliver(store, queue, [f"done{i}" for i in range(200)])
     store.events.schedule_batch(queue, [NewEvent(item_key=f"k{i}", data={}) for i in range(20)], actor="app")
     plans = {
-        "claim_events": plan(
-            raw,
-            "claim_events",
-            {"queue": "emails", "worker": "w", "limit": 10, "lease_seconds": 30, "now": None, "flow": False},
-        ),
+        # the statement of tickler_claim_events() (migration 0067), on its generic plan
+        "claim_events": json.dumps(claim_plan(raw)),
         "lock_due_groups": plan(
             raw,
             "lock_due_groups",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from tickler.scheduler.migrate import available_migrations
 from tickler.scheduler.sql import parse_queries, sources
 
 SOURCE = """
@@ -38,13 +41,24 @@ def test_an_unknown_or_twice_defined_fragment_is_refused() -> None:
 
 
 def test_the_two_claims_share_their_end_word_for_word() -> None:
-    """claim_events and claim_events_round_robin end expired leases, claim and log in one text."""
+    """claim_events_round_robin and tickler_claim_events() (migration 0067, which holds
+    claim_events' statement) end expired leases, claim and log in one text: the fragment's, with
+    the function's parameters for the query's."""
     found = sources()
     assert "claim_ended_leases" not in found
     shared = parse_queries("-- fragment: f\n" + _fragment_text() + "\n-- name: q\n-- include: f\n")["q"]
-    for name in ("claim_events", "claim_events_round_robin"):
-        assert shared in found[name]
-        assert "-- include:" not in found[name]
+    assert shared in found["claim_events_round_robin"]
+    assert "-- include:" not in found["claim_events_round_robin"]
+    as_function = shared.replace("CAST(:now AS timestamptz)", "p_now").replace("CAST(:flow AS boolean)", "p_flow")
+    for name in ("queue", "worker", "limit", "lease_seconds"):
+        as_function = re.sub(rf"(?<!:):{name}\b", f"p_{name}", as_function)
+    (claim,) = [m for m in available_migrations() if m.version == 67]
+    assert _code(as_function) in _code(claim.sql)
+
+
+def _code(sql: str) -> str:
+    """The SQL without its comments, its white space folded."""
+    return " ".join(re.sub(r"--[^\n]*", "", sql).split())
 
 
 def _fragment_text() -> str:

@@ -358,5 +358,11 @@ def test_only_the_one_function_of_the_migrated_database_inserts_into_the_timelin
     inserting = sorted(name for name, body in bodies if INSERT.search(body or ""))
     assert inserting == ["tickler_timeline_write"]
     callers = sorted(name for name, body in bodies if "tickler_timeline_write(" in (body or ""))
-    # tickler_schedule_items: tickler_schedule_write's general path since 0066
-    assert callers == ["tickler_end_expired_leases", "tickler_schedule_items", "tickler_schedule_write"]
+    # tickler_schedule_items: tickler_schedule_write's general path since 0066; tickler_claim_events:
+    # the plain claim's statement since 0067 (its `lease_expired` entries)
+    assert callers == [
+        "tickler_claim_events",
+        "tickler_end_expired_leases",
+        "tickler_schedule_items",
+        "tickler_schedule_write",
+    ]
