@@ -307,6 +307,19 @@ WHERE c.oid = ANY(ARRAY(SELECT to_regclass(name) FROM unnest(CAST(:tables AS tex
   AND (c.reltuples < 0 OR s.n_live_tup > :growth * greatest(c.reltuples, 1))
 ORDER BY c.relname;
 
+-- name: dead_rows
+-- The tables of :tables that hold at least :min_dead dead rows and no fewer dead rows than live
+-- ones, that this role may vacuum (as stale_statistics): the lease table's rows are all deleted
+-- within seconds of their insert, and every claim reads it whole (scheduler/store/statistics.py).
+SELECT c.relname AS table_name, s.n_dead_tup AS dead, s.n_live_tup AS live
+FROM pg_class AS c
+JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = ANY(ARRAY(SELECT to_regclass(name) FROM unnest(CAST(:tables AS text[])) AS name))
+  AND (pg_has_role(c.relowner, 'USAGE') OR (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user))
+  AND s.n_dead_tup >= :min_dead
+  AND s.n_dead_tup >= s.n_live_tup
+ORDER BY c.relname;
+
 -- name: upsert_queue
 -- Create a queue or change its settings; `created` tells which. Dispatchers are woken, so that
 -- they start serving a new webhook queue at once.
@@ -455,9 +468,15 @@ logged AS (  -- the expired leases this claim ended
 -- a higher level has due events it could take.
 -- The statement is tickler_claim_events() (migration 0067): a PL/pgSQL function planned once per
 -- session on a generic plan, where a prepared statement with LIMIT :limit was planned at every call.
-SELECT (r.event).*, 'in_flight' AS status, r.lease_ended, r.died
+-- Every row also says whether the queue has group work (`groups_due`, tickler_groups_due: asked
+-- once, in the snapshot of the claim), which spares the dispatcher a statement of its own.
+WITH groups AS MATERIALIZED (  -- one call, not one per row
+    SELECT tickler_groups_due(:queue, CAST(:now AS timestamptz), CAST(:flow AS boolean)) AS due
+)
+SELECT (r.event).*, 'in_flight' AS status, r.lease_ended, r.died, g.due AS groups_due
 FROM tickler_claim_events(:queue, :worker, CAST(:limit AS integer), CAST(:lease_seconds AS double precision),
                           CAST(:now AS timestamptz), CAST(:flow AS boolean)) AS r
+CROSS JOIN groups AS g
 ORDER BY (r.event).priority DESC, (r.event).schedule_on, (r.event).id;
 
 -- name: claim_events_round_robin
@@ -499,12 +518,13 @@ picked AS MATERIALIZED (  -- the unleased events: tickler_fair_claimable, read b
     FROM clock WHERE EXISTS (SELECT 1 FROM open_to_us)
 ),
 chosen AS (SELECT unnest(ids) AS id FROM picked),
+groups AS MATERIALIZED (SELECT tickler_groups_due(:queue, clock.now, false) AS due FROM clock),
 -- include: claim_ended_leases
 -- As claim_events: one row per claimed event (the expired first, then in the order handed out),
--- with whether its claim ended an expired lease; `died` also on the one row of NULLs.
-SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died
-FROM died AS d CROSS JOIN logged AS l LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
-LEFT JOIN picked AS p ON true
+-- with whether its claim ended an expired lease; `died` and `groups_due` also on the one row of NULLs.
+SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died, g.due AS groups_due
+FROM died AS d CROSS JOIN logged AS l CROSS JOIN groups AS g LEFT JOIN claimed AS c ON true
+LEFT JOIN expired AS x ON x.id = c.id LEFT JOIN picked AS p ON true
 ORDER BY x.id IS NULL, array_position(p.ids, c.id), c.id;
 
 -- name: claim_events_fair
@@ -592,17 +612,9 @@ SELECT EXISTS (
 
 -- name: has_due_groups
 -- Whether a queue has due, unleased grouped events, or grouped events whose lease expired: a
--- group claim opens its transaction only then.
-SELECT (EXISTS (
-    SELECT 1 FROM tickler_event
-    WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NOT NULL
-      AND schedule_on <= coalesce(CAST(:now AS timestamptz), now())
-) OR EXISTS (
-    SELECT 1 FROM tickler_lease
-    WHERE queue = :queue AND group_key IS NOT NULL AND expires_on <= coalesce(CAST(:now AS timestamptz), now())
-)) AND (CAST(:flow AS boolean) OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
-                                         AND q.max_in_flight_per_key IS NULL
-                                  FROM tickler_queue AS q WHERE q.name = :queue)) AS found;
+-- group claim opens its transaction only then (tickler_groups_due, migration 0068; the ungrouped
+-- claims return the same answer as `groups_due`).
+SELECT tickler_groups_due(:queue, CAST(:now AS timestamptz), CAST(:flow AS boolean)) AS found;
 
 -- name: lock_due_groups
 -- Choose up to :limit groups of a queue that have due events and no live lease, and take a

@@ -1,6 +1,7 @@
 """The dispatcher's statistics job: ANALYZE the hot tables whose planner statistics are missing
-or were taken when the table was a fraction of its size, without waiting for autovacuum
-(scheduler/store/statistics.py says why claims need them)."""
+or were taken when the table was a fraction of its size, and VACUUM the lease table once its dead
+rows outnumber its live ones, without waiting for autovacuum (scheduler/store/statistics.py says
+why claims need both)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ MIN_ROWS = 1_000
 # taken at; the churn of a steady load (every claim and finish rewrites rows, their number stays)
 # is left to autovacuum.
 GROWTH = 4.0
+# The lease table is vacuumed from this many dead rows (and no fewer dead rows than live ones): a
+# few pages of them. Its own autovacuum threshold is the same, but autovacuum looks once a minute.
+MIN_DEAD_LEASES = 1_000
 
 
 class StatisticsKeeper:
@@ -38,6 +42,16 @@ class StatisticsKeeper:
             log.info("statistics_refreshed", table=table.name, rows=table.rows_now, rows_before=table.rows_then)
         return analyzed
 
+    def sweep(self) -> list[str]:
+        """VACUUM each swept table (the lease table) that holds more dead rows than live ones; the
+        tables vacuumed."""
+        vacuumed = []
+        for table in self.store.statistics.crowded(min_dead=MIN_DEAD_LEASES):
+            self.store.statistics.vacuum(table)
+            vacuumed.append(table)
+            log.debug("dead_rows_vacuumed", table=table)
+        return vacuumed
+
 
 def periodic(store: Store) -> Callable[[], None]:
     """The dispatcher's periodic job: one look, logging (not raising) database trouble."""
@@ -46,6 +60,7 @@ def periodic(store: Store) -> Callable[[], None]:
     def run() -> None:
         try:
             keeper.run()
+            keeper.sweep()
         except sa.exc.DBAPIError as error:
             # The database restarting, a statement timeout...: the next look retries.
             log.warning("statistics_refresh_failed", error=str(error).splitlines()[0])

@@ -11,10 +11,14 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 
+from tests.helpers_wait import wait_until
+from tickler.config import Settings
+from tickler.scheduler.db import create_engine
 from tickler.scheduler.errors import StaleLease
 from tickler.scheduler.models import Lease, NewEvent, Queue
-from tickler.scheduler.store import Store
+from tickler.scheduler.store import QueueSettings, Store
 
 
 def schedule(store: Store, queue: Queue, *events: NewEvent) -> None:
@@ -133,6 +137,69 @@ def test_six_concurrent_claimers_never_split_or_duplicate_a_group(
     group_leases = Counter(lease.group_key for lease in all_leases if lease.group_key)
     assert len(group_leases) == groups and set(group_leases.values()) == {1}  # never split
     assert all(len(lease.events) == per_group for lease in all_leases if lease.group_key)
+
+
+def test_claims_of_a_queue_without_groups_ask_for_group_work_once_each(
+    database_url: str, raw: psycopg.Connection[Any]
+) -> None:
+    """A claim returns whether its queue has group work (tickler_groups_due, migration 0068): the
+    dispatcher asks nothing more before a group claim, so a queue without groups costs each claim
+    one statement, in whichever order the round serves groups and events."""
+    if not raw.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:  # type: ignore[index]
+        pytest.skip("counting function calls (track_functions) takes a superuser")
+    engine = create_engine(database_url, pool_size=1)
+
+    @sa.event.listens_for(engine, "connect")
+    def _count_calls(dbapi_connection: Any, record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SET track_functions = 'pl'")
+        dbapi_connection.commit()
+
+    function = raw.execute("SELECT 'tickler_groups_due(text, timestamptz, boolean)'::regprocedure::oid").fetchone()[0]  # type: ignore[index]
+    raw.execute("SELECT pg_stat_reset_single_function_counters(%s)", [function])
+
+    def calls() -> int:
+        raw.execute("SELECT pg_stat_clear_snapshot()")
+        row = raw.execute("SELECT calls FROM pg_stat_user_functions WHERE funcid = %s", [function]).fetchone()
+        return int(row[0]) if row else 0
+
+    rounds = 6
+    try:
+        store = Store(engine)
+        queue = store.queues.put("emails", QueueSettings(), Settings()).queue
+        schedule(store, queue, *(NewEvent(item_key=f"k{i}", data={}) for i in range(5)))
+        claimed = [len(store.leases.claim(queue, worker="w", limit=3, groups_first=n % 2 == 0)) for n in range(rounds)]
+    finally:
+        engine.dispose()  # its backend reports its function calls as it exits
+    assert claimed == [3, 2, 0, 0, 0, 0]
+    wait_until(lambda: calls() >= rounds, what=lambda: f"{calls()} calls of tickler_groups_due counted")
+    assert calls() == rounds  # one per claim: no statement of its own before the group claims
+
+
+def test_a_group_falling_due_among_ungrouped_events_is_claimed_by_the_next_groups_first_round(
+    store: Store, make_queue: Callable[..., Queue]
+) -> None:
+    """The dispatcher's answer to "has this queue group work?" is the one its last claim returned
+    (rounds alternate groups first and events first): a group that falls due after a claim that saw
+    none is claimed by the first groups-first round after a claim that saw it, even when ungrouped
+    events alone would fill every batch."""
+    queue = make_queue("digests")
+    schedule(store, queue, NewEvent(item_key="solo", data={}))
+    assert [len(lease.events) for lease in store.leases.claim(queue, worker="w", limit=10)] == [1]  # no groups
+    schedule(
+        store,
+        queue,
+        NewEvent(item_key="a1", group_key="ana", data={}),
+        NewEvent(item_key="a2", group_key="ana", data={}),
+        *(NewEvent(item_key=f"e{i:02}", data={}) for i in range(20)),
+    )
+    rounds = [store.leases.claim(queue, worker="w", limit=5, groups_first=n % 2 == 0) for n in range(3)]
+    # groups first, but the last claim saw none: 5 ungrouped (and sees the group); events first:
+    # 5 ungrouped; groups first: the group, whole, then 4 ungrouped
+    assert [[lease.group_key for lease in leases].count("ana") for leases in rounds] == [0, 0, 1]
+    assert rounds[2][0].group_key == "ana" and sorted(e.item_key for e in rounds[2][0].events) == ["a1", "a2"]
+    ungrouped = [e.item_key for leases in rounds for lease in leases if not lease.group_key for e in lease.events]
+    assert ungrouped == [f"e{i:02}" for i in range(14)]
 
 
 def test_stale_ack_after_expiry_and_reclaim_is_refused(

@@ -20,7 +20,7 @@ from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.sql import driver_sql
-from tickler.scheduler.statistics import MIN_ROWS, StatisticsKeeper
+from tickler.scheduler.statistics import MIN_DEAD_LEASES, MIN_ROWS, StatisticsKeeper
 from tickler.scheduler.store import QueueSettings, Store
 
 
@@ -172,3 +172,57 @@ def test_a_running_dispatcher_gathers_the_statistics_of_a_burst(
             timeout=20,
             what=lambda: f"tickler_event still never analyzed: {analyzed(raw, 'tickler_event')}",
         )
+
+
+def lease_table(raw: psycopg.Connection[Any]) -> tuple[int, int]:
+    """The lease table's pages, and its dead rows as the statistics views count them."""
+    raw.execute("SELECT pg_stat_clear_snapshot()")
+    row = raw.execute(
+        "SELECT pg_relation_size('tickler_lease') / current_setting('block_size')::int, n_dead_tup"
+        " FROM pg_stat_user_tables WHERE relname = 'tickler_lease'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_the_lease_table_is_vacuumed_once_its_dead_rows_outnumber_its_live_ones(
+    fresh: tuple[str, Store, psycopg.Connection[Any]],
+) -> None:
+    """Every claim reads the lease table whole; each of its rows dies when its lease ends. Without
+    a VACUUM between autovacuum's visits, new leases go to new pages and a drain's claims read
+    ever more pages of dead rows. The keeper vacuums it from MIN_DEAD_LEASES dead rows on, and
+    the next leases reuse the space."""
+    url, store, raw = fresh
+    queue = store.queues.put("emails", QueueSettings(), Settings()).queue
+    schedule(url, queue, 5 * MIN_DEAD_LEASES, delay_seconds=0)
+    keeper = StatisticsKeeper(store)
+
+    def drain(events: int) -> None:
+        for _ in range(events // 100):
+            leases = store.leases.claim(queue, worker="w", limit=100)
+            assert len(store.leases.ack([lease.lease_id for lease in leases])) == len(leases) == 100
+        store.engine.dispose()  # its backends report their deletes as they exit (an idle one: in 10 s)
+
+    drain(MIN_DEAD_LEASES // 2)
+    wait_until(lambda: lease_table(raw)[1] >= MIN_DEAD_LEASES // 2, what=lambda: f"dead rows: {lease_table(raw)}")
+    assert keeper.sweep() == []  # fewer than MIN_DEAD_LEASES: left to autovacuum
+    drain(MIN_DEAD_LEASES)
+    wait_until(lambda: lease_table(raw)[1] >= MIN_DEAD_LEASES, what=lambda: f"dead rows: {lease_table(raw)}")
+    pages_before, _ = lease_table(raw)
+    assert keeper.sweep() == ["tickler_lease"]
+    assert lease_table(raw)[1] == 0
+    drain(MIN_DEAD_LEASES)  # as many leases again: into the space the VACUUM freed
+    assert lease_table(raw)[0] <= pages_before
+    # with more live leases than dead ones, a VACUUM would free little: none
+    for _ in range(3):
+        assert len(store.leases.claim(queue, worker="w", limit=MIN_DEAD_LEASES // 2)) == MIN_DEAD_LEASES // 2
+    store.engine.dispose()
+
+    def live_leases() -> int:
+        raw.execute("SELECT pg_stat_clear_snapshot()")
+        row = raw.execute("SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'tickler_lease'").fetchone()
+        return int(row[0]) if row else -1
+
+    wait_until(lambda: live_leases() == 3 * MIN_DEAD_LEASES // 2, what=lambda: f"live leases: {live_leases()}")
+    assert lease_table(raw)[1] >= MIN_DEAD_LEASES
+    assert keeper.sweep() == []

@@ -394,12 +394,13 @@ HISTORY_ID_PREVIOUS = 61  # the last migration before history lost its index by 
 
 
 def give_this_release_claim(raw: psycopg.Connection[Any]) -> None:
-    """This release's store claims through tickler_claim_events() (migration 0067), whose statement
-    reads nothing that the databases of 0061 on lack (the same statement ran inline before 0067).
-    Given to a previous database, it lets this release's store write the state to upgrade; the
-    migration replaces it with itself."""
-    (claim,) = [m for m in available_migrations() if m.version == 67]
-    raw.execute(claim.sql)
+    """This release's store claims through tickler_claim_events() (migration 0067) and asks
+    tickler_groups_due() (0068), whose statements read nothing that the databases of 0061 on lack
+    (the same statements ran inline before). Given to a previous database, they let this release's
+    store write the state to upgrade; the migrations replace them with themselves."""
+    for migration in available_migrations():
+        if migration.version in (67, 68):
+            raw.execute(migration.sql)
 
 
 def test_upgrade_to_history_without_its_id_index_keeps_reads_and_an_unfinished_archive_run(admin_url: str) -> None:

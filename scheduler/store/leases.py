@@ -94,6 +94,13 @@ def _leases(rows: Sequence[sa.RowMapping]) -> list[Lease]:
 
 
 class LeaseStore(EngineStore):
+    def __init__(self, engine: sa.Engine) -> None:
+        super().__init__(engine)
+        # Per queue: whether its last fast-path claim saw group work (tickler_groups_due, returned
+        # with the claim's rows). A group claim runs only then, or when the claim before it in the
+        # same round sees some: a queue without groups pays no statement for them (migration 0068).
+        self._groups_due: dict[str, bool] = {}
+
     def claim(self, queue: Queue, **options: Any) -> list[Lease]:
         """The leases of claim_within_limits(queue, **options) (worker, limit, ...)."""
         return self.claim_within_limits(queue, **options).leases
@@ -144,30 +151,29 @@ class LeaseStore(EngineStore):
         fair: bool = False,
     ) -> list[Lease]:
         leases: list[Lease] = []
+        # Whether the queue has group work, as the last ungrouped claim of it saw (unknown: look).
+        groups_due = self._groups_due.get(queue, True)
         for kind in ("groups", "events") if groups_first else ("events", "groups"):
             remaining = limit - len(leases)
             if remaining <= 0:
                 break
             if kind == "events":
-                leases.extend(self._claim_events_fast(queue, worker, remaining, seconds, now, fair=fair))
-            else:
-                # One autocommit statement on the driver (no SQLAlchemy statement or result processing).
-                found = driver_rows(
-                    self.engine, driver_sql("has_due_groups"), {"queue": queue, "now": now, "flow": False}, tuples=True
-                )
-                if not found or not found[0][0]:
-                    continue  # most queues have no groups: spare them the transaction
+                claimed, groups_due = self._claim_events_fast(queue, worker, remaining, seconds, now, fair=fair)
+                leases.extend(claimed)
+            elif groups_due:  # most queues have no groups: spare them the transaction
                 with self.engine.begin() as conn:  # its advisory locks span two statements
                     leases.extend(self._claim_kind(conn, kind, queue, worker, remaining, seconds, now, flow=False))
+        self._groups_due[queue] = groups_due
         return leases
 
     def _claim_events_fast(
         self, queue: str, worker: str, limit: int, seconds: float, now: datetime | None, *, fair: bool
-    ) -> list[Lease]:
+    ) -> tuple[list[Lease], bool]:
         """The fast path's ungrouped claim: one autocommit statement (claim_events, or
         claim_events_round_robin for a fair queue) run on the driver, its rows read as dicts — the
         claim runs once per batch on every dispatcher, and SQLAlchemy's statement and per-row result
-        processing was most of its Python."""
+        processing was most of its Python. With the leases, whether the queue has group work
+        (tickler_groups_due, asked by the same statement)."""
         params = {
             "queue": queue,
             "worker": worker,
@@ -180,7 +186,7 @@ class LeaseStore(EngineStore):
         rows = driver_rows(self.engine, driver_sql("claim_events_round_robin" if fair else "claim_events"), params)
         # the expired leases it ended: of events it claimed, and of events that died of them
         _count_expired(queue, sum(1 for row in rows if row["lease_ended"]) + (rows[0]["died"] if rows else 0))
-        return _leases([row for row in rows if row["id"] is not None])
+        return _leases([row for row in rows if row["id"] is not None]), bool(rows and rows[0]["groups_due"])
 
     def _claim_limited(
         self,

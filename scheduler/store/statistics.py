@@ -10,6 +10,12 @@ events of a new database: 12 to 15 ms per claim of 10 events, against 1.7 ms onc
 (bench/analysis.md, "Claims planned without statistics"). Autovacuum analyzes such a table only
 at its next look at the database (`autovacuum_naptime`, a minute by default, longer when its
 workers are busy elsewhere); the dispatchers look every few seconds (scheduler/statistics.py).
+
+The lease table is also read whole by every claim (its expired leases) and by every group probe:
+it holds the events in flight, a few pages, but each of its rows is deleted seconds after its
+insert, and until a VACUUM marks their space free the inserts go to new pages. Between two
+visits of autovacuum (a minute) a drain of 3,000 events/s leaves ~2,000 pages of dead rows for
+each claim to read. The dispatchers vacuum it once it holds more dead rows than live ones.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from tickler.scheduler.store.base import EngineStore
 
 # Which tables: those that every claim reads. Fixed names, never input (they are quoted anyway).
 HOT_TABLES = ("tickler_event", "tickler_lease")
+# Which of them a claim reads whole (a sequential scan: its rows are few, its dead rows many).
+SWEPT_TABLES = ("tickler_lease",)
 
 
 @dataclass(frozen=True)
@@ -55,3 +63,19 @@ class StatisticsStore(EngineStore):
         with self.autocommit.connect() as conn:
             # ANALYZE takes no parameters: the name is one of HOT_TABLES, quoted.
             conn.execute(sa.text(f"ANALYZE (SKIP_LOCKED) {conn.dialect.identifier_preparer.quote(table)}"))
+
+    def crowded(self, *, min_dead: int) -> list[str]:
+        """The tables of SWEPT_TABLES, that this role may vacuum, that hold at least `min_dead`
+        dead rows and no fewer dead rows than live ones (as last reported)."""
+        params = {"tables": list(SWEPT_TABLES), "min_dead": min_dead}
+        with self.autocommit.connect() as conn:
+            return [row.table_name for row in conn.execute(q("dead_rows"), params)]
+
+    def vacuum(self, table: str) -> None:
+        """VACUUM one swept table (its dead rows' space is reused by the next inserts), skipping it
+        when another VACUUM or ANALYZE holds its lock."""
+        if table not in SWEPT_TABLES:
+            raise ValueError(f"not a swept table: {table}")
+        with self.autocommit.connect() as conn:
+            # VACUUM takes no parameters and no transaction: the name is one of SWEPT_TABLES, quoted.
+            conn.execute(sa.text(f"VACUUM (SKIP_LOCKED) {conn.dialect.identifier_preparer.quote(table)}"))
