@@ -106,14 +106,15 @@ class Dispatcher:
         )
         for job, seconds, name in jobs:
             self._scheduler.add_job(job, "interval", seconds=seconds, id=name, max_instances=1, coalesce=True)
-        # The hot tables' planner statistics: at start (a new database, a large import), then every
-        # few seconds (scheduler/statistics.py).
+        # The hot tables' planner statistics and the lease table's dead rows: at start (a new
+        # database, a large import), then every second (scheduler/statistics.py; a run that finds
+        # the previous one still at work returns at once, hence two instances).
         self._scheduler.add_job(
             statistics.periodic(self.store),
             "interval",
             seconds=statistics.INTERVAL_SECONDS,
             id="planner_statistics",
-            max_instances=1,
+            max_instances=2,
             coalesce=True,
             next_run_time=datetime.now(UTC),
         )

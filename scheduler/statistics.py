@@ -5,6 +5,7 @@ why claims need both)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import sqlalchemy as sa
@@ -54,15 +55,23 @@ class StatisticsKeeper:
 
 
 def periodic(store: Store) -> Callable[[], None]:
-    """The dispatcher's periodic job: one look, logging (not raising) database trouble."""
+    """The dispatcher's periodic job: one look, logging (not raising) database trouble. A look
+    that starts while the previous one still runs (an ANALYZE of a large table on a busy machine
+    takes longer than the interval) returns at once: the dispatcher lets two overlap (APScheduler
+    would otherwise log a skipped run every second) and this lock keeps one at work."""
     keeper = StatisticsKeeper(store)
+    looking = threading.Lock()
 
     def run() -> None:
+        if not looking.acquire(blocking=False):
+            return
         try:
             keeper.run()
             keeper.sweep()
         except sa.exc.DBAPIError as error:
             # The database restarting, a statement timeout...: the next look retries.
             log.warning("statistics_refresh_failed", error=str(error).splitlines()[0])
+        finally:
+            looking.release()
 
     return run

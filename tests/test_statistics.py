@@ -5,7 +5,9 @@ analyzed fills up, or grows past four times the rows its statistics were taken a
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -20,7 +22,7 @@ from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.sql import driver_sql
-from tickler.scheduler.statistics import MIN_DEAD_LEASES, MIN_ROWS, StatisticsKeeper
+from tickler.scheduler.statistics import MIN_DEAD_LEASES, MIN_ROWS, StatisticsKeeper, periodic
 from tickler.scheduler.store import QueueSettings, Store
 
 
@@ -226,3 +228,31 @@ def test_the_lease_table_is_vacuumed_once_its_dead_rows_outnumber_its_live_ones(
     wait_until(lambda: live_leases() == 3 * MIN_DEAD_LEASES // 2, what=lambda: f"live leases: {live_leases()}")
     assert lease_table(raw)[1] >= MIN_DEAD_LEASES
     assert keeper.sweep() == []
+
+
+def test_a_look_that_finds_the_previous_one_at_work_returns_at_once() -> None:
+    """The job runs every second and may take longer (an ANALYZE on a busy machine): the
+    dispatcher lets two runs overlap, and the second returns without looking."""
+    entered, release = threading.Event(), threading.Event()
+    looks: list[str] = []
+
+    class SlowStatistics:  # the store's statistics, its first look held until released
+        def stale(self, **_: Any) -> list[Any]:
+            looks.append("stale")
+            entered.set()
+            assert release.wait(10)
+            return []
+
+        def crowded(self, **_: Any) -> list[str]:
+            return []
+
+    run = periodic(SimpleNamespace(statistics=SlowStatistics()))  # type: ignore[arg-type]
+    first = threading.Thread(target=run)
+    first.start()
+    assert entered.wait(10)
+    run()  # the first look is still at work: returns at once
+    assert looks == ["stale"]
+    release.set()
+    first.join(10)
+    run()
+    assert looks == ["stale", "stale"]
