@@ -73,9 +73,12 @@ class StatisticsStore(EngineStore):
 
     def vacuum(self, table: str) -> None:
         """VACUUM one swept table (its dead rows' space is reused by the next inserts), skipping it
-        when another VACUUM or ANALYZE holds its lock."""
+        when another VACUUM or ANALYZE holds its lock. Without truncating it: giving its empty
+        last pages back to the file system takes an exclusive lock, which every claim would wait
+        for (up to 20 ms, each time), and the next leases would only grow it again."""
         if table not in SWEPT_TABLES:
             raise ValueError(f"not a swept table: {table}")
         with self.autocommit.connect() as conn:
             # VACUUM takes no parameters and no transaction: the name is one of SWEPT_TABLES, quoted.
-            conn.execute(sa.text(f"VACUUM (SKIP_LOCKED) {conn.dialect.identifier_preparer.quote(table)}"))
+            name = conn.dialect.identifier_preparer.quote(table)
+            conn.execute(sa.text(f"VACUUM (SKIP_LOCKED, TRUNCATE false) {name}"))
