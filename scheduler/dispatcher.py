@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -98,36 +98,22 @@ class Dispatcher:
 
     def start(self) -> Dispatcher:
         self.listener.start()
-        jobs = (
-            (self._safety_poll, self.config.poll_interval, "safety_poll"),
-            (self.keeper.reap, self.config.reap_interval, "lease_reaper"),
-            (self.keeper.heartbeat, self.config.reap_interval, "lease_heartbeat"),
-            (recurring.periodic(self.store.engine), recurring.INTERVAL_SECONDS, "recurring_schedules"),
-        )
-        for job, seconds, name in jobs:
-            self._scheduler.add_job(job, "interval", seconds=seconds, id=name, max_instances=1, coalesce=True)
+        self._every(self._safety_poll, self.config.poll_interval, "safety_poll")
+        self._every(self.keeper.reap, self.config.reap_interval, "lease_reaper")
+        self._every(self.keeper.heartbeat, self.config.reap_interval, "lease_heartbeat")
+        self._every(recurring.periodic(self.store.engine), recurring.INTERVAL_SECONDS, "recurring_schedules")
         # The hot tables' planner statistics and the lease table's dead rows: at start (a new
         # database, a large import), then every second (scheduler/statistics.py; a run that finds
         # the previous one still at work returns at once, hence two instances).
-        self._scheduler.add_job(
+        self._every(
             statistics.periodic(self.store),
-            "interval",
-            seconds=statistics.INTERVAL_SECONDS,
-            id="planner_statistics",
-            max_instances=2,
-            coalesce=True,
-            next_run_time=datetime.now(UTC),
+            statistics.INTERVAL_SECONDS,
+            "planner_statistics",
+            at_start=True,
+            instances=2,
         )
         # History partitions: once at start (a worker that was down for days), then now and then.
-        self._scheduler.add_job(
-            history.periodic(self.store),
-            "interval",
-            seconds=history.INTERVAL_SECONDS,
-            id="history_maintenance",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=datetime.now(UTC),
-        )
+        self._every(history.periodic(self.store), history.INTERVAL_SECONDS, "history_maintenance", at_start=True)
         self._scheduler.start()
         self.finisher.start()
         self._claimer.start()
@@ -142,6 +128,17 @@ class Dispatcher:
             **{knob.name: getattr(self.config, knob.name) for knob in fields(WorkerSettings)},
         )
         return self
+
+    def _every(
+        self, job: Callable[[], None], seconds: float, name: str, *, at_start: bool = False, instances: int = 1
+    ) -> None:
+        """Run `job` every `seconds` on the scheduler's thread pool (`at_start`: and once now); a
+        run that comes due while `instances` runs are still at work is skipped, late runs are
+        coalesced into one."""
+        first: dict[str, Any] = {"next_run_time": datetime.now(UTC)} if at_start else {}
+        self._scheduler.add_job(
+            job, "interval", seconds=seconds, id=name, max_instances=instances, coalesce=True, **first
+        )
 
     def stop(self) -> None:
         """Stop claiming; give back leases not yet started; let deliveries in progress finish
