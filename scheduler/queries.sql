@@ -290,34 +290,27 @@ SELECT c.in_flight, c.due FROM tickler_live_counts(:queue, coalesce(CAST(:now AS
 SELECT m.created, m.dropped
 FROM tickler_maintain_history(CAST(:now AS timestamptz), CAST(:days_ahead AS integer)) AS m;
 
--- name: stale_statistics
--- The hot tables (:tables) whose planner statistics are missing or old (scheduler/store/statistics.py),
--- that this role may analyze: at least :min_rows live rows, and never analyzed (by ANALYZE or
--- autovacuum; pg_class.reltuples -1) or holding more than :growth times the rows the last ANALYZE
--- or VACUUM found. The live rows are the statistics views' count of committed inserts less deletes,
--- which the writing backends report within a second or so of their commits. Not the file's size:
--- it grows while a large insert is uncommitted, and an ANALYZE then would sample none of its rows
--- and record an empty table.
-SELECT c.relname AS table_name, s.n_live_tup AS rows_now, c.reltuples AS rows_then
+-- name: hot_tables
+-- The hot tables (:tables) that this role may analyze and vacuum (owner or superuser), with what
+-- scheduler/store/statistics.py does for them:
+--   stale    its planner statistics are missing or old: at least :min_rows live rows, and never
+--            analyzed (by ANALYZE or autovacuum; pg_class.reltuples -1) or holding more than
+--            :growth times the rows the last ANALYZE or VACUUM found;
+--   crowded  one of :swept (read whole by every claim) holding at least :min_dead dead rows and no
+--            fewer dead rows than live ones.
+-- The rows are the statistics views' counts of committed inserts, updates and deletes, which the
+-- writing backends report within a second or so of their commits. Not the file's size: it grows
+-- while a large insert is uncommitted, and an ANALYZE then would sample none of its rows and
+-- record an empty table.
+SELECT c.relname AS table_name, s.n_live_tup AS rows_now, c.reltuples AS rows_then,
+       s.n_live_tup >= :min_rows AND (c.reltuples < 0 OR s.n_live_tup > :growth * greatest(c.reltuples, 1))
+           AS stale,
+       c.relname = ANY(CAST(:swept AS text[])) AND s.n_dead_tup >= :min_dead AND s.n_dead_tup >= s.n_live_tup
+           AS crowded
 FROM pg_class AS c
 JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 WHERE c.oid = ANY(ARRAY(SELECT to_regclass(name) FROM unnest(CAST(:tables AS text[])) AS name))
   AND (pg_has_role(c.relowner, 'USAGE') OR (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user))
-  AND s.n_live_tup >= :min_rows
-  AND (c.reltuples < 0 OR s.n_live_tup > :growth * greatest(c.reltuples, 1))
-ORDER BY c.relname;
-
--- name: dead_rows
--- The tables of :tables that hold at least :min_dead dead rows and no fewer dead rows than live
--- ones, that this role may vacuum (as stale_statistics): the lease table's rows are all deleted
--- within seconds of their insert, and every claim reads it whole (scheduler/store/statistics.py).
-SELECT c.relname AS table_name, s.n_dead_tup AS dead, s.n_live_tup AS live
-FROM pg_class AS c
-JOIN pg_stat_user_tables AS s ON s.relid = c.oid
-WHERE c.oid = ANY(ARRAY(SELECT to_regclass(name) FROM unnest(CAST(:tables AS text[])) AS name))
-  AND (pg_has_role(c.relowner, 'USAGE') OR (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user))
-  AND s.n_dead_tup >= :min_dead
-  AND s.n_dead_tup >= s.n_live_tup
 ORDER BY c.relname;
 
 -- name: upsert_queue

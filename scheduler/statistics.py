@@ -12,6 +12,7 @@ import sqlalchemy as sa
 import structlog
 
 from tickler.scheduler.store import Store
+from tickler.scheduler.store.statistics import HotTable
 
 log = structlog.get_logger(__name__)
 
@@ -37,7 +38,9 @@ class StatisticsKeeper:
         """One look: ANALYZE each hot table whose statistics are stale; the tables analyzed. (A
         table whose ANALYZE was skipped behind another's lock is looked at again next time.)"""
         analyzed = []
-        for table in self.store.statistics.stale(min_rows=MIN_ROWS, growth=GROWTH):
+        for table in self._look():
+            if not table.stale:
+                continue
             self.store.statistics.analyze(table.name)
             analyzed.append(table.name)
             log.info("statistics_refreshed", table=table.name, rows=table.rows_now, rows_before=table.rows_then)
@@ -47,11 +50,16 @@ class StatisticsKeeper:
         """VACUUM each swept table (the lease table) that holds more dead rows than live ones; the
         tables vacuumed."""
         vacuumed = []
-        for table in self.store.statistics.crowded(min_dead=MIN_DEAD_LEASES):
-            self.store.statistics.vacuum(table)
-            vacuumed.append(table)
-            log.debug("dead_rows_vacuumed", table=table)
+        for table in self._look():
+            if not table.crowded:
+                continue
+            self.store.statistics.vacuum(table.name)
+            vacuumed.append(table.name)
+            log.debug("dead_rows_vacuumed", table=table.name, rows=table.rows_now)
         return vacuumed
+
+    def _look(self) -> list[HotTable]:
+        return self.store.statistics.look(min_rows=MIN_ROWS, growth=GROWTH, min_dead=MIN_DEAD_LEASES)
 
 
 def periodic(store: Store) -> Callable[[], None]:

@@ -237,13 +237,11 @@ def test_a_look_that_finds_the_previous_one_at_work_returns_at_once() -> None:
     looks: list[str] = []
 
     class SlowStatistics:  # the store's statistics, its first look held until released
-        def stale(self, **_: Any) -> list[Any]:
-            looks.append("stale")
-            entered.set()
-            assert release.wait(10)
-            return []
-
-        def crowded(self, **_: Any) -> list[str]:
+        def look(self, **_: Any) -> list[Any]:
+            looks.append("look")
+            if len(looks) == 1:
+                entered.set()
+                assert release.wait(10)
             return []
 
     run = periodic(SimpleNamespace(statistics=SlowStatistics()))  # type: ignore[arg-type]
@@ -251,8 +249,9 @@ def test_a_look_that_finds_the_previous_one_at_work_returns_at_once() -> None:
     first.start()
     assert entered.wait(10)
     run()  # the first look is still at work: returns at once
-    assert looks == ["stale"]
+    assert looks == ["look"]
     release.set()
     first.join(10)
+    assert looks == ["look", "look"]  # the first run: statistics, then dead rows
     run()
-    assert looks == ["stale", "stale"]
+    assert looks == ["look"] * 4

@@ -34,24 +34,40 @@ SWEPT_TABLES = ("tickler_lease",)
 
 
 @dataclass(frozen=True)
-class StaleTable:
-    """A hot table of `rows_now` live rows (as last reported) whose statistics are missing
-    (`rows_then` None) or were taken when it held `rows_then`."""
+class HotTable:
+    """A hot table of `rows_now` live rows (as last reported) whose statistics were taken when it
+    held `rows_then` (None: never); `stale`: they are missing or old; `crowded`: a table of
+    SWEPT_TABLES holding more dead rows than live ones (the query hot_tables)."""
 
     name: str
     rows_now: int
     rows_then: int | None
+    stale: bool
+    crowded: bool
 
 
 class StatisticsStore(EngineStore):
-    def stale(self, *, min_rows: int, growth: float) -> list[StaleTable]:
-        """The hot tables of at least `min_rows` live rows, that this role may analyze, that were
-        never analyzed or hold more than `growth` times the rows their statistics were taken at."""
-        params = {"tables": list(HOT_TABLES), "min_rows": min_rows, "growth": growth}
+    def look(self, *, min_rows: int, growth: float, min_dead: int) -> list[HotTable]:
+        """The hot tables that this role may analyze and vacuum. Stale: at least `min_rows` live
+        rows, never analyzed or holding more than `growth` times the rows their statistics were
+        taken at. Crowded: in SWEPT_TABLES, at least `min_dead` dead rows and no fewer than live."""
+        params = {
+            "tables": list(HOT_TABLES),
+            "swept": list(SWEPT_TABLES),
+            "min_rows": min_rows,
+            "growth": growth,
+            "min_dead": min_dead,
+        }
         with self.autocommit.connect() as conn:
-            rows = conn.execute(q("stale_statistics"), params).all()
+            rows = conn.execute(q("hot_tables"), params).all()
         return [
-            StaleTable(row.table_name, int(row.rows_now), None if row.rows_then < 0 else int(row.rows_then))
+            HotTable(
+                row.table_name,
+                int(row.rows_now),
+                None if row.rows_then < 0 else int(row.rows_then),
+                bool(row.stale),
+                bool(row.crowded),
+            )
             for row in rows
         ]
 
@@ -63,13 +79,6 @@ class StatisticsStore(EngineStore):
         with self.autocommit.connect() as conn:
             # ANALYZE takes no parameters: the name is one of HOT_TABLES, quoted.
             conn.execute(sa.text(f"ANALYZE (SKIP_LOCKED) {conn.dialect.identifier_preparer.quote(table)}"))
-
-    def crowded(self, *, min_dead: int) -> list[str]:
-        """The tables of SWEPT_TABLES, that this role may vacuum, that hold at least `min_dead`
-        dead rows and no fewer dead rows than live ones (as last reported)."""
-        params = {"tables": list(SWEPT_TABLES), "min_dead": min_dead}
-        with self.autocommit.connect() as conn:
-            return [row.table_name for row in conn.execute(q("dead_rows"), params)]
 
     def vacuum(self, table: str) -> None:
         """VACUUM one swept table (its dead rows' space is reused by the next inserts), skipping it
