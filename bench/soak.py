@@ -4,10 +4,13 @@ over and how large the table and its claim index grow."""
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 
 from bench.harness import QUEUE, Context, Row, make_queue, median, percentile, say
 from bench.lateness import tickler_lateness
+from bench.stall_watch import StallWatch, stalls
 
 # Room for a whole claim batch in flight (the defaults give 64 per queue; see the lateness rows for
 # what they do at 2,000/s): a soak is about drift over time, not about that limit.
@@ -66,9 +69,16 @@ def run(ctx: Context) -> list[Row]:
     with ctx.database() as url:
         make_queue(url)
         sample(url, samples)
-        seen, achieved = tickler_lateness(
-            url, ctx.soak_rate, seconds, "s-", room=ROOM, during=lambda: sample(url, samples)
-        )
+        with StallWatch(url) as watch:
+            seen, achieved = tickler_lateness(
+                url,
+                ctx.soak_rate,
+                seconds,
+                "s-",
+                room=ROOM,
+                during=lambda: sample(url, samples),
+                on_workers=watch.pids.extend,
+            )
         sample(url, samples)
     start = min(due for due, _ in seen) + warmup
     buckets: dict[int, list[float]] = {}
@@ -89,7 +99,8 @@ def run(ctx: Context) -> list[Row]:
         "What a claim steps over (sampled each minute: buffers touched by the claim's candidate scan, "
         "size of tickler_event_claimable, dead, total and open rows, size of tickler_event):\n\n```\n"
         + "\n".join(f"{s}" for s in samples)
-        + "\n```"
+        + "\n```\n\n"
+        + _stall_report(seen, watch)
     )
     say(
         f"soak: first {rate_first:,.0f}/s p99 {p99_first:.1f} ms, last {rate_last:,.0f}/s p99 {p99_last:.1f} ms; "
@@ -165,6 +176,20 @@ def run(ctx: Context) -> list[Row]:
             )
         )
     return rows
+
+
+def _stall_report(seen: list[tuple[float, float]], watch: StallWatch) -> str:
+    """The runs of events more than a second late, each with what the database was doing around it
+    (bench/stall_watch.py), and when checkpoints ended."""
+    found = stalls(seen)
+    ends = ", ".join(time.strftime("%H:%M:%S", time.gmtime(at)) for at in watch.checkpoints()) or "none"
+    text = f"Checkpoints ended at (UTC): {ends}.\n\nRuns of events more than 1 s late: {len(found)}.\n"
+    for first, last, count in found[:5]:
+        span = f"{time.strftime('%H:%M:%S', time.gmtime(first))} to {time.strftime('%H:%M:%S', time.gmtime(last))}"
+        worst = max(lag for due, lag in seen if first <= due <= last)
+        text += f"\n{count:,} events due {span}, worst {worst:.1f} s late:\n\n```\n"
+        text += "\n".join(watch.around(first, last + worst)) + "\n```\n"
+    return text
 
 
 def _no_slide(during: list[dict[str, float]], key: str, scenario: str, target: str, bound: float = 1.5) -> Row:
