@@ -98,3 +98,55 @@ def test_a_claim_is_a_hot_update(store: Store, make_queue: Callable[..., Queue],
         raw.execute("ROLLBACK")
     assert len(claimed) == 100
     assert stats == (100, 100, 100)
+
+
+def test_deleting_events_of_every_size_ends_exactly_their_lease_rows(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    """The DELETE trigger's two ways (migration 0069: a statement planned once for up to 64 leased
+    rows, a join planned per statement above) end the lease rows of the deleted events and no
+    other: acks of 1 to 150 leases, and plain deletes of some of a group lease's events."""
+    queue = make_queue("emails", lease_seconds=30)
+    grouped = make_queue("digests", lease_seconds=30)
+    store.events.schedule_batch(queue, [NewEvent(item_key=f"k{i}", data={}) for i in range(400)], actor="app")
+    store.events.schedule_batch(
+        grouped, [NewEvent(item_key=f"g{i}", data={}, group_key=f"grp{i % 2}") for i in range(10)], actor="app"
+    )
+    leases = store.leases.claim(queue, worker="w", limit=400)
+    group_leases = store.leases.claim(grouped, worker="w", limit=2)
+    assert len(leases) == 400 and [len(lease.events) for lease in group_leases] == [5, 5]
+    for size in (1, 10, 64, 65, 150):
+        acked, leases = leases[:size], leases[size:]
+        done = store.leases.ack([lease.lease_id for lease in acked])
+        assert set(done) == {str(lease.lease_id) for lease in acked}, size
+        assert lease_rows(raw) == leases_of_rows(raw), size
+        assert len(lease_rows(raw)) == len(leases) + 10, size
+    # plain SQL (another writer) deletes two of one group lease's five events: the lease goes on for
+    # the other three
+    members = [event.id for event in group_leases[0].events]
+    raw.execute("DELETE FROM tickler_event WHERE id = ANY(%s)", [members[:2]])
+    assert lease_rows(raw) == leases_of_rows(raw)
+    assert {row[1] for row in lease_rows(raw) if str(row[0]) == group_leases[0].lease_id} == set(members[2:])
+
+
+def test_an_ack_finds_its_lease_rows_by_the_lease_tables_key(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    """Among thousands of live leases, deleting ten leased events ends their lease rows through the
+    lease table's primary key, without a scan of the table."""
+    queue = make_queue("emails", lease_seconds=300)
+    store.events.schedule_batch(queue, [NewEvent(item_key=f"k{i}", data={}) for i in range(3000)], actor="app")
+    leases = store.leases.claim(queue, worker="w", limit=3000)
+    raw.execute("ANALYZE tickler_lease")
+    ids = [lease.events[0].id for lease in leases[:10]]
+    raw.execute("BEGIN")
+    try:
+        raw.execute("DELETE FROM tickler_event WHERE id = ANY(%s)", [ids])
+        scans = raw.execute(
+            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relid = 'tickler_lease'::regclass"
+        ).fetchone()
+        left = raw.execute("SELECT count(*) FROM tickler_lease WHERE event_id = ANY(%s)", [ids]).fetchone()
+    finally:
+        raw.execute("ROLLBACK")
+    assert left == (0,)
+    assert scans is not None and scans[0] == 0 and scans[1] >= 1
