@@ -150,3 +150,35 @@ def test_an_ack_finds_its_lease_rows_by_the_lease_tables_key(
         raw.execute("ROLLBACK")
     assert left == (0,)
     assert scans is not None and scans[0] == 0 and scans[1] >= 1
+
+
+def test_the_group_probe_reads_the_grouped_leases_index(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    """tickler_groups_due() runs at every ungrouped claim: among thousands of live ungrouped leases
+    it finds an expired group lease (and none where there is none) through the partial index of
+    the grouped leases (migration 0070), without a scan of the lease table."""
+    emails = make_queue("emails", lease_seconds=300)
+    digests = make_queue("digests", lease_seconds=30)
+    store.events.schedule_batch(emails, [NewEvent(item_key=f"k{i}", data={}) for i in range(3000)], actor="app")
+    store.events.schedule_batch(
+        digests, [NewEvent(item_key=f"g{i}", data={}, group_key=f"grp{i % 2}") for i in range(4)], actor="app"
+    )
+    assert len(store.leases.claim(emails, worker="w", limit=3000)) == 3000
+    (group_lease, _) = store.leases.claim(digests, worker="w", limit=2)
+    raw.execute("ANALYZE tickler_lease")
+    later = group_lease.expires_at + timedelta(seconds=1)
+    raw.execute("BEGIN")
+    try:
+        answers = raw.execute(
+            "SELECT tickler_groups_due('emails', %(later)s, false), tickler_groups_due('digests', %(later)s, false),"
+            " tickler_groups_due('digests', NULL, false)",
+            {"later": later},
+        ).fetchone()
+        scans = raw.execute(
+            "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'tickler_lease'::regclass"
+        ).fetchone()
+    finally:
+        raw.execute("ROLLBACK")
+    assert answers == (False, True, False)
+    assert scans == (0,)
