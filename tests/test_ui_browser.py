@@ -8,11 +8,12 @@ TICKLER_UI_SCREENSHOTS=<dir> the tests also save a screenshot of every page ther
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
 from tests import ui_demo
-from tests.ui_browser import browser, demo, dialogs, needs_chromium, page, playwright_sync, shot, sign_in
+from tests.ui_browser import browser, demo, dialogs, follow, needs_chromium, page, playwright_sync, shot, sign_in
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.store import Store
 from tickler.scheduler.store.dashboard import DashboardStore
@@ -35,6 +36,9 @@ def test_sign_in_find_a_key_read_its_timeline_and_retry_it(
     page.wait_for_url(f"{live_server}/ui/queues/emails")
     page.select_option("select[name=status]", "dead")
     page.click("button:has-text('Search')")
+    # The search is a page load: wait for the new page, not the one the click left (count() does
+    # not wait, and once saw the results page committed but not yet parsed).
+    page.wait_for_url(re.compile(r".*/ui/queues/emails\?status=dead.*"), wait_until="load")
     assert page.locator("table.events tbody tr").filter(has_text=ui_demo.STORY_KEY).count() == 1
     shot(page, "queue")
 
@@ -77,11 +81,12 @@ def test_pause_and_resume_a_queue(
 ) -> None:
     sign_in(page, live_server, admin_token, then="/ui/queues/emails")
     page.click("button:text-is('Pause')")
-    assert page.locator("h1 .badge").inner_text() == "paused"
+    # The page the click left has a badge too: wait for the new one's text, not the first read.
+    playwright_sync.expect(page.locator("h1 .badge")).to_have_text("paused")
     assert dialogs[0].startswith("Pause emails?")  # it asked first
     assert _paused(store, "emails")
     page.click("button:text-is('Resume')")
-    assert page.locator("h1 .badge").inner_text() == "running"
+    playwright_sync.expect(page.locator("h1 .badge")).to_have_text("running")
     assert not _paused(store, "emails")
 
 
@@ -92,7 +97,7 @@ def _paused(store: Store, queue: str) -> bool:
 
 def test_leases_page_lists_live_leases(page: Any, live_server: str, admin_token: str, demo: dict[str, Any]) -> None:
     sign_in(page, live_server, admin_token)
-    page.click("a:text-is('Leases in flight')")
+    follow(page, "a:text-is('Leases in flight')")
     table = page.locator("table").inner_text()
     assert "group acct-42 · 3 events" in table  # the group's due events under one lease
     assert "receipt:3" in table and "receipt:4" in table

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.ui_browser import browser, demo, dialogs, needs_chromium, page, playwright_sync, shot, sign_in
+from tests.ui_browser import browser, demo, dialogs, follow, needs_chromium, page, playwright_sync, shot, sign_in
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.store import Store
 
@@ -80,19 +80,11 @@ def test_queue_page_charts_refresh_count_and_pages(
     assert rows.all_inner_texts() == first_rows
 
 
-def follow(page: Any, link: str) -> None:
-    """Click a link and wait until the page it leads to has loaded: a click only starts the
-    navigation, and rows read before it ends are the old page's or none at all."""
-    href = page.locator(link).get_attribute("href")
-    page.click(link)
-    page.wait_for_url(re.compile(re.escape(href) + "$"), wait_until="load")
-
-
 def test_schedules_settings_and_tokens_as_an_admin(
     page: Any, live_server: str, admin_token: str, demo: dict[str, Any], store: Store, dialogs: list[str]
 ) -> None:
     sign_in(page, live_server, admin_token, then="/ui/queues/emails")
-    page.click("nav.tabs a:text-is('Schedules')")
+    follow(page, "nav.tabs a:text-is('Schedules')")
     rows = page.locator("table.schedules tbody tr")
     assert rows.count() == 3
     digest = rows.filter(has_text="weekly-digest")
@@ -104,6 +96,7 @@ def test_schedules_settings_and_tokens_as_an_admin(
     assert "Paused schedule weekly-digest" in page.locator(".flash-ok").inner_text()
     assert store.schedules.get("emails", "weekly-digest").paused
     rows.filter(has_text="weekly-digest").locator("button:text-is('Resume')").click()
+    expect(page.locator(".flash-ok")).to_contain_text("Resumed schedule weekly-digest")  # the POST ended
     assert not store.schedules.get("emails", "weekly-digest").paused
 
     page.click("nav.tabs a:text-is('Settings')")
@@ -167,7 +160,7 @@ def test_a_next_with_cr_lf_a_long_timeline_and_readable_details(
     page.goto(f"{live_server}/ui/queues/emails/events/busy")
     assert page.locator("ol.timeline .tl-action").count() == 100  # the newest 100 of 150
     assert page.locator("ol.timeline .tl-action").first.inner_text() == "debounced"
-    page.click("a:has-text('Older entries')")
+    follow(page, "a:has-text('Older entries')")
     actions = page.locator("ol.timeline .tl-action").all_inner_texts()
     assert len(actions) == 50 and actions[-1] == "enqueued"
     page.goto(f"{live_server}/ui/queues/emails/events/weekly-digest")  # a schedule's own timeline

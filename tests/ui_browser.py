@@ -8,6 +8,7 @@ list them in `__all__`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,3 +99,11 @@ def sign_in(page: Any, base: str, token: str, then: str | None = None) -> None:
     page.wait_for_url(f"{base}/ui/")
     if then is not None:
         page.goto(f"{base}{then}")
+
+
+def follow(page: Any, link: str) -> None:
+    """Click a link and wait until the page it leads to has loaded: a click only starts the
+    navigation, and rows read before it ends are the old page's or none at all."""
+    href = page.locator(link).get_attribute("href")
+    page.click(link)
+    page.wait_for_url(re.compile(re.escape(href) + "$"), wait_until="load")
