@@ -29,7 +29,7 @@ def sample(url: str, samples: list[dict[str, float]]) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         plan = conn.execute(STEP_OVER, (QUEUE,)).fetchone()
         stats = conn.execute(
-            "SELECT pg_relation_size('tickler_event_claimable'), n_dead_tup, n_live_tup, "
+            "SELECT pg_relation_size('tickler_event_claimable_priority'), n_dead_tup, n_live_tup, "
             "(SELECT count(*) FROM tickler_event), (SELECT count(*) FROM tickler_event WHERE dequeued_on IS NULL), "
             "pg_relation_size('tickler_event'), "
             # the hot part as issue #21 bounds it: the open events' table and the lease table, each
@@ -97,7 +97,7 @@ def run(ctx: Context) -> list[Row]:
     ctx.findings[f"soak: per {bucket:g} s, {ctx.soak_minutes:g} min at {ctx.soak_rate:,}/s"] = (
         f"After {warmup:g} s of start-up.\n\n```\n" + "\n".join(per_bucket) + "\n```\n\n"
         "What a claim steps over (sampled each minute: buffers touched by the claim's candidate scan, "
-        "size of tickler_event_claimable, dead, total and open rows, size of tickler_event):\n\n```\n"
+        "size of tickler_event_claimable_priority, dead, total and open rows, size of tickler_event):\n\n```\n"
         + "\n".join(f"{s}" for s in samples)
         + "\n```\n\n"
         + _stall_report(seen, watch)
@@ -160,7 +160,7 @@ def run(ctx: Context) -> list[Row]:
             _no_slide(
                 during,
                 "index_kib",
-                f"{label}: size of the claim index (tickler_event_claimable), median of the last 5 samples "
+                f"{label}: size of the claim index (tickler_event_claimable_priority), median of the last 5 samples "
                 f"(baseline column: of the first 5; the table {during[-1]['table_mib']:,.0f} MiB by the end)",
                 "no slide: ≤ 1.5x the first",
             )

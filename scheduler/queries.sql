@@ -388,11 +388,10 @@ SELECT name FROM tickler_queue WHERE name = ANY(CAST(:queues AS text[])) ORDER B
 -- name: next_due
 -- The earliest schedule_on among claimable events of these queues (NULL: none). Events of a
 -- group that holds a live lease are not claimable until it ends (its end wakes dispatchers).
--- Also the database's clock at the time of the read.
+-- Also the database's clock at the time of the read. Ungrouped events: tickler_first_claimable(),
+-- one probe of the priority index per level (migration 0071).
 SELECT min(next_on) AS next_on, clock_timestamp() AS db_now FROM (
-    SELECT (SELECT e.schedule_on FROM tickler_event AS e
-            WHERE e.queue = q AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
-            ORDER BY e.schedule_on, e.id LIMIT 1) AS next_on
+    SELECT tickler_first_claimable(q) AS next_on
     FROM unnest(CAST(:queues AS text[])) AS q
     UNION ALL
     SELECT (SELECT e.schedule_on FROM tickler_event AS e
@@ -595,13 +594,10 @@ SET (rate_window_at, rate_window_n) = (
 WHERE q.name = :queue AND q.rate_per_second IS NOT NULL;
 
 -- name: has_due_events
--- Whether a queue has due, unleased, ungrouped events left (one probe of the claimable index): a
--- capped fair claim that took fewer than it asked for was held back by max_in_flight_per_key.
-SELECT EXISTS (
-    SELECT 1 FROM tickler_event
-    WHERE queue = :queue AND dequeued_on IS NULL AND lease_id IS NULL AND group_key IS NULL
-      AND schedule_on <= coalesce(CAST(:now AS timestamptz), now())
-) AS found;
+-- Whether a queue has due, unleased, ungrouped events left (tickler_first_claimable(): one probe
+-- of the priority index per level): a capped fair claim that took fewer than it asked for was
+-- held back by max_in_flight_per_key.
+SELECT coalesce(tickler_first_claimable(:queue) <= coalesce(CAST(:now AS timestamptz), now()), false) AS found;
 
 -- name: has_due_groups
 -- Whether a queue has due, unleased grouped events, or grouped events whose lease expired: a

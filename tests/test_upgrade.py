@@ -274,6 +274,19 @@ def test_upgrade_keeps_every_event_and_timeline_entry_while_a_worker_delivers(
     with recording_worker(url, "busy", lambda event: None, name="upgraded") as handled:
         wait_until(lambda: one_value(raw, "SELECT count(*) FROM tickler_event WHERE queue = 'busy'") == 0)
     assert len(handled) == 1
+    # The next due time of each queue (the dispatcher's sleep) from the priority index alone
+    # (0071 dropped the index of due time), the same as read from the upgraded rows.
+    assert one_value(raw, "SELECT to_regclass('tickler_event_claimable') IS NULL") is True
+    firsts = []
+    for (name,) in raw.execute("SELECT name FROM tickler_queue").fetchall():
+        direct = raw.execute(
+            "SELECT min(schedule_on) FROM tickler_event WHERE queue = %s AND dequeued_on IS NULL"
+            " AND lease_id IS NULL AND group_key IS NULL",
+            [name],
+        ).fetchone()
+        assert raw.execute("SELECT tickler_first_claimable(%s)", [name]).fetchone() == direct, name
+        firsts.append(direct)
+    assert any(first != (None,) for first in firsts)  # the filled queues have such events
 
     # Every event and timeline entry of before, byte for byte, open ones in tickler_event.
     # (The columns of before; later releases' migrations add columns after them.)

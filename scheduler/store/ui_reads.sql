@@ -20,14 +20,32 @@ ORDER BY e.id DESC NULLS FIRST, e.step DESC;
 
 -- name: fair_backlogs
 -- The fairness keys of a queue with the largest due backlogs (SPEC §10), among its first :scan
--- due, unleased, ungrouped events in claim order of due time (tickler_event_claimable): a bounded
--- read whatever the backlog, which shows who holds the head of the queue. `seen` is how many
--- events were looked at (= :scan: there are more).
-WITH due AS (
-    SELECT e.fairness_key FROM tickler_event AS e
-    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
-      AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())
-    ORDER BY e.schedule_on, e.id
+-- due, unleased, ungrouped events in claim order (priority levels from the highest, the earlier
+-- due time first in each): a bounded read whatever the backlog, which shows who holds the head of
+-- the queue. The levels are a skip scan of tickler_event_claimable_priority, one probe each, and
+-- each level's rows a range of it, read only until :scan rows are in. `seen` is how many events
+-- were looked at (= :scan: there are more).
+WITH RECURSIVE levels AS (
+    (SELECT e.priority FROM tickler_event AS e
+     WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+     ORDER BY e.priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.priority FROM tickler_event AS e
+            WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+              AND e.priority < l.priority
+            ORDER BY e.priority DESC LIMIT 1)
+    FROM levels AS l WHERE l.priority IS NOT NULL
+),
+due AS (
+    SELECT d.fairness_key FROM levels AS l
+    CROSS JOIN LATERAL (
+        SELECT e.fairness_key FROM tickler_event AS e
+        WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+          AND e.priority = l.priority AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())
+        ORDER BY e.schedule_on, e.id
+        LIMIT :scan
+    ) AS d
+    WHERE l.priority IS NOT NULL
     LIMIT :scan
 )
 SELECT d.fairness_key, count(*) AS due, sum(count(*)) OVER () AS seen
