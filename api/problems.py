@@ -38,6 +38,7 @@ _UNAVAILABLE_DETAILS = {
     "unreachable": "The database cannot be reached; try again shortly.",
     "read_only": "The database is read-only for now (a failover, or writes turned off); try again shortly.",
     "disk_full": "The database's disk is full; try again once space is freed.",
+    "schema_changed": "The database's schema changed under this request (a migration); try again.",
 }
 
 

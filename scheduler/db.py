@@ -66,6 +66,7 @@ def create_engine(url: str, *, pool_size: int = 10) -> sa.Engine:
         connect_args={"application_name": "tickler"},
     )
     _ping_idle_connections(engine)
+    _drop_stale_prepared_statements(engine)
     return engine
 
 
@@ -92,6 +93,33 @@ def _ping_idle_connections(engine: sa.Engine) -> None:
             raise sa.exc.DisconnectionError() from None  # the pool retries with a new connection
 
 
+def _drop_stale_prepared_statements(engine: sa.Engine) -> None:
+    """A statement that fails because a migration made it stale (stale_prepared_statement) is
+    handled as a lost connection: SQLAlchemy drops the connection and the rest of the pool, whose
+    connections prepared the same statements, and the next statements run on new connections.
+    The failing call itself answers "try again" (unavailable_reason: `schema_changed`)."""
+
+    @sa.event.listens_for(engine, "handle_error")
+    def _stale(context: sa.engine.ExceptionContext) -> None:
+        if stale_prepared_statement(context.original_exception):
+            context.is_disconnect = True
+
+
+def stale_prepared_statement(error: BaseException) -> bool:
+    """Whether PostgreSQL refused a prepared statement because the row type it returns changed
+    since it was prepared ("cached plan must not change result type"): a migration added a column
+    to a table whose whole rows (`e.*`, a row of its type) the statement returns. psycopg prepares
+    the statements a connection runs often, so a process that was running when such a migration
+    ran meets this once per connection and statement; the statement itself is fine on a new
+    connection. Told by SQLSTATE and the server function that raises it, not by the message,
+    which the server may translate."""
+    original = getattr(error, "orig", None) or error
+    if getattr(original, "sqlstate", None) != "0A000":  # feature_not_supported
+        return False
+    diag = getattr(original, "diag", None)
+    return getattr(diag, "source_function", None) == "RevalidateCachedQuery"
+
+
 # SQLSTATEs that say "the database cannot take this now", not "this request is wrong": the
 # same request succeeds once the database is back (or writable again).
 _UNAVAILABLE_SQLSTATES = {
@@ -114,6 +142,8 @@ def unavailable_reason(error: BaseException) -> str | None:
     state = getattr(original, "sqlstate", None)
     if state in _UNAVAILABLE_SQLSTATES:
         return _UNAVAILABLE_SQLSTATES[state]
+    if stale_prepared_statement(error):
+        return "schema_changed"  # its connection was dropped: the same call works again
     if (state or "").startswith("08") or isinstance(
         error, sa.exc.OperationalError | sa.exc.InterfaceError | psycopg.OperationalError | psycopg.InterfaceError
     ):
@@ -145,7 +175,11 @@ def driver_connection(
                 if autocommit and not conn.closed:
                     conn.autocommit = False
         except psycopg.Error as error:
-            broken = conn.closed or isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+            broken = (
+                conn.closed
+                or isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+                or stale_prepared_statement(error)  # its prepared statements are stale
+            )
             if not autocommit and not conn.closed:
                 try:
                     conn.rollback()
@@ -162,10 +196,21 @@ def driver_connection(
 
 def driver_rows(engine: sa.Engine, statement: str, params: dict[str, Any], *, tuples: bool = False) -> list[Any]:
     """Run one statement in its own transaction (autocommit) on the driver (driver_connection),
-    prepared, its rows as dicts (`tuples`: as tuples)."""
-    with (
-        driver_connection(engine, statement, params, autocommit=True) as conn,
-        conn.cursor(row_factory=tuple_row if tuples else dict_row) as cursor,
-    ):
-        cursor.execute(statement, params, prepare=True)
-        return cursor.fetchall()
+    prepared, its rows as dicts (`tuples`: as tuples). A statement that a migration made stale on
+    its connection (stale_prepared_statement: refused before it ran, so nothing was done) runs
+    again once, on a new connection: the pool's idle connections, which prepared the same
+    statements, are closed first (as SQLAlchemy does for its own statements, see
+    _drop_stale_prepared_statements)."""
+    for attempt in (1, 2):
+        try:
+            with (
+                driver_connection(engine, statement, params, autocommit=True) as conn,
+                conn.cursor(row_factory=tuple_row if tuples else dict_row) as cursor,
+            ):
+                cursor.execute(statement, params, prepare=True)
+                return cursor.fetchall()
+        except sa.exc.DBAPIError as error:
+            if attempt == 2 or not stale_prepared_statement(error):
+                raise
+            engine.dispose()  # a new pool; connections in use elsewhere leave with their users
+    raise AssertionError("unreachable")
