@@ -94,8 +94,10 @@ def _die_with(parent: int) -> None:
         os._exit(0)
 
 
-class _Stop(Exception):
-    pass
+class _Stop(BaseException):
+    """SIGTERM or SIGINT in the supervisor, raised where it is. Not an Exception: a signal that
+    lands while the supervisor writes a log line (the line a test or an operator waits for before
+    sending it) would be taken by the logging handler's `except Exception` and the stop lost."""
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:

@@ -284,6 +284,31 @@ web_processes._Supervisor(1, lambda: 1).run()
 """
 
 
+def test_a_stop_signal_that_lands_while_the_supervisor_logs_is_not_swallowed() -> None:
+    """A logging handler takes any Exception raised while it writes (logging.Handler.handleError):
+    the supervisor's stop, raised by its SIGTERM handler wherever the signal lands, must get
+    through it (it lands right after a log line the sender waited for, as in the test below)."""
+    import io
+    import logging
+
+    from tickler.commands import web_processes
+
+    class SignalledWhileWriting(io.StringIO):
+        def write(self, text: str) -> int:
+            web_processes._raise_stop(signal.SIGTERM, None)
+            return 0
+
+    logger = logging.getLogger("tests.supervisor_stop")
+    logger.propagate = False
+    handler = logging.StreamHandler(SignalledWhileWriting())
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(web_processes._Stop):
+            logger.error("web process exited; starting another")
+    finally:
+        logger.removeHandler(handler)
+
+
 def test_a_web_process_that_keeps_dying_is_restarted_ever_more_slowly(tmp_path: Path) -> None:
     log_path = tmp_path / "supervisor.log"
     with log_path.open("wb") as log:
