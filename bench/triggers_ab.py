@@ -171,7 +171,7 @@ def main() -> None:
         _report("enqueue, one event per transaction: application CPU", app, events, {key: {} for key in app})
         _report("enqueue, one event per transaction: PostgreSQL CPU", db, events, functions)
 
-        for batch in (int(b) for b in args.batches.split(",")):
+        for batch in (int(b) for b in args.batches.split(",") if b):
             drains: dict[str, list[float]] = {side.name: [] for side in sides}
             for side in sides:  # every block's events, due, first; then a warm-up drain
                 _fill_due(side, f"d{batch}", (args.blocks + 1) * args.drain)
