@@ -234,7 +234,9 @@ def _delete(conn: psycopg.Connection[Any], run: dict[str, Any]) -> None:
         locked = conn.execute(db.q("lock_run"), {"run_id": run_id}).fetchone()
         if locked is None:
             raise ArchiveMismatch(f"archive run {run_id} is not in state 'written'; nothing deleted")
-        timeline = conn.execute(db.q("delete_run_timeline"), {"run_id": run_id}).rowcount
+        # the rows deleted from tickler_timeline and the deliveries whose entry is their history row
+        found = conn.execute(db.q("delete_run_timeline"), {"run_id": run_id}).fetchone()
+        timeline = int(found["entries"]) if found else 0
         conn.execute(db.q("record_archived_keys"), {"run_id": run_id})
         events = conn.execute(db.q("delete_run_events"), {"run_id": run_id}).rowcount
         if (events, timeline) != (run["event_count"], run["timeline_count"]):

@@ -14,9 +14,9 @@ SELECT id, queue, item_key, group_key, schedule_on, enqueued_on, enqueued_by, de
 FROM tickler_event_all
 
 -- name: source_timeline
--- Timeline entries as the report reads them.
+-- Timeline entries as the report reads them (with the deliveries that are history rows, 0072).
 SELECT id, queue, item_key, event_id, at, action, actor, schedule_on, CAST(details AS text) AS details
-FROM tickler_timeline
+FROM tickler_timeline_all
 
 -- name: source_archive_events
 -- Whole rows of the events of unfinished archive runs, with their run and finish date (UTC).
@@ -40,7 +40,7 @@ SELECT t.event_id, t.id, t.queue, t.item_key, t.at, t.action, t.actor, t.schedul
        i.run_id, to_char(e.dequeued_on AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS date
 FROM tickler_archive_item AS i
 JOIN tickler_event_history AS e ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id AND e.dequeued_on = i.dequeued_on
-JOIN tickler_timeline AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
+JOIN tickler_timeline_all AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
 
 -- name: id_bounds_events
 -- Bounds of the partition column of source_events (partitioned reads split this range).
@@ -48,7 +48,7 @@ SELECT min(id), max(id) FROM tickler_event_all
 
 -- name: id_bounds_timeline
 -- Bounds of the partition column of source_timeline.
-SELECT min(id), max(id) FROM tickler_timeline
+SELECT min(id), max(id) FROM tickler_timeline_all
 
 -- name: archive_runs_readable
 -- Archive runs whose rows left PostgreSQL: the report reads their files beside the live tables
@@ -102,7 +102,7 @@ FROM (SELECT count(*) AS n, coalesce(sum(event_id), 0) AS id_sum, min(event_id) 
      (SELECT count(*) AS n, coalesce(sum(t.id), 0) AS id_sum
       FROM tickler_archive_item AS i
       JOIN tickler_event_history AS e ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id AND e.dequeued_on = i.dequeued_on
-      JOIN tickler_timeline AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
+      JOIN tickler_timeline_all AS t ON t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
       WHERE i.run_id = %(run_id)s) AS tl
 WHERE r.id = %(run_id)s
 RETURNING r.*
@@ -119,11 +119,22 @@ SELECT * FROM tickler_archive_run WHERE id = %(run_id)s AND state = 'written' FO
 
 -- name: delete_run_timeline
 -- Remove the run's timeline entries (tickler.archiving must be on in this transaction), found
--- through their key as source_archive_timeline finds them (their events are still there).
-DELETE FROM tickler_timeline AS t
-USING tickler_archive_item AS i
-JOIN tickler_event_history AS e ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id AND e.dequeued_on = i.dequeued_on
-WHERE i.run_id = %(run_id)s AND t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
+-- through their key as source_archive_timeline finds them (their events are still there), and
+-- count them: the rows of tickler_timeline deleted here, and the deliveries that are their
+-- history rows (0072), which leave with them (delete_run_events).
+WITH deleted AS (
+    DELETE FROM tickler_timeline AS t
+    USING tickler_archive_item AS i
+    JOIN tickler_event_history AS e ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id AND e.dequeued_on = i.dequeued_on
+    WHERE i.run_id = %(run_id)s AND t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id
+    RETURNING t.id
+)
+SELECT (SELECT count(*) FROM deleted)
+       + (SELECT count(*)
+          FROM tickler_archive_item AS i
+          JOIN tickler_event_history AS e ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id
+                                          AND e.dequeued_on = i.dequeued_on
+          WHERE i.run_id = %(run_id)s AND e.entry_id IS NOT NULL) AS entries
 
 -- name: record_archived_keys
 -- Tell the timeline where each key's older history went.

@@ -12,7 +12,7 @@
 -- budget is counted from now: max_attempts becomes redeliver_count + budget.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 latest AS (  -- its finish, when dead: the day, queue and schedule_on that find it in history (0063)
-    SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline AS t
+    SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline_all AS t
     WHERE t.queue = :queue AND t.item_key = :item_key
     ORDER BY t.id DESC LIMIT 1
 ),
@@ -85,7 +85,7 @@ target AS (
       AND (CAST(:group_key AS text) IS NULL OR e.group_key = CAST(:group_key AS text) COLLATE "C")
       AND (CAST(:prefix AS text) IS NULL OR e.item_key >= CAST(:prefix AS text) COLLATE "C")
       AND (CAST(:prefix_end AS text) IS NULL OR e.item_key < CAST(:prefix_end AS text) COLLATE "C")
-      AND e.id = (SELECT t.event_id FROM tickler_timeline AS t
+      AND e.id = (SELECT t.event_id FROM tickler_timeline_all AS t
                   WHERE t.queue = e.queue AND t.item_key = e.item_key
                   ORDER BY t.id DESC LIMIT 1)
       AND NOT EXISTS (SELECT 1 FROM tickler_event AS o

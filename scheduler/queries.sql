@@ -112,8 +112,8 @@ open_event AS (
     SELECT e.* FROM tickler_event AS e
     WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL
 ),
-latest AS (
-    SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline AS t
+latest AS (  -- tickler_timeline_all: a delivery's entry is its history row (0072)
+    SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline_all AS t
     WHERE t.queue = :queue AND t.item_key = :item_key AND t.event_id IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM open_event)
     ORDER BY t.id DESC LIMIT 1
@@ -138,7 +138,7 @@ finished AS (
     SELECT w.id, l.at, l.schedule_on
     FROM wanted AS w
     CROSS JOIN LATERAL (
-        SELECT t.at, t.schedule_on FROM tickler_timeline AS t
+        SELECT t.at, t.schedule_on FROM tickler_timeline_all AS t
         WHERE t.queue = :queue AND t.item_key = :item_key AND t.event_id = w.id
         ORDER BY t.id DESC LIMIT 1
     ) AS l
@@ -711,6 +711,9 @@ SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.group_key, c.sche
 -- A lease that expired, was re-claimed or was already finished matches nothing (fencing).
 -- The busiest finish moves its rows itself: deleted from the open events and inserted, finished,
 -- into the history (no intermediate version of the row is written; see tickler_event_updated, 0065).
+-- Each history row is its own `delivered` entry (migration 0072): it takes the entry's id from
+-- the timeline's sequence, and tickler_timeline_all shows the row the timeline would have held.
+-- With trace ids (not kept in history) the entries are written to the timeline, as before.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 finished AS (
     DELETE FROM tickler_event AS e
@@ -734,14 +737,15 @@ moved AS (
         id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
         outcome, claimed_on, claimed_by, lease_id, lease_expires_on, redeliver_count, max_attempts, last_error,
         version, claimed_expires_on,
-        traceparent, tracestate, priority, fairness_key)
+        traceparent, tracestate, priority, fairness_key, entry_id)
     SELECT id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, dequeued_on, dequeued_by,
            outcome, claimed_on, claimed_by, lease_id, lease_expires_on, redeliver_count, max_attempts, last_error,
            version, claimed_expires_on,
-           traceparent, tracestate, priority, fairness_key
+           traceparent, tracestate, priority, fairness_key,
+           CASE WHEN CAST(:trace_ids AS jsonb) IS NULL THEN nextval('tickler_timeline_id_seq') END
     FROM finished
 ),
-logged AS (
+logged AS (  -- only with trace ids: otherwise each history row is its entry
     SELECT tickler_timeline_write(array_agg(ROW(
                queue, item_key, id, dequeued_on, 'delivered', dequeued_by, schedule_on,
                -- :trace_ids (SPEC §11): {lease_id: the trace id of the attempt}, or NULL (tracing off)
@@ -752,6 +756,7 @@ logged AS (
                                   lease_id, redeliver_count + 1, group_key, schedule_on)
            )::tickler_timeline_row)) AS written
     FROM finished
+    WHERE CAST(:trace_ids AS jsonb) IS NOT NULL
 ),
 wake AS (
     -- a group's lease ended: its other due events (scheduled meanwhile) are claimable now

@@ -78,7 +78,7 @@ def test_four_worker_processes_deliver_each_event_exactly_once(
     assert by_outcome == [("delivered", 0, EVENTS)]
     per_event = raw.execute(
         "SELECT n, count(*) FROM (SELECT count(*) FILTER (WHERE action = 'delivered') AS n"
-        " FROM tickler_timeline GROUP BY event_id) AS x GROUP BY n"
+        " FROM tickler_timeline_all GROUP BY event_id) AS x GROUP BY n"
     ).fetchall()
     assert per_event == [(1, EVENTS)]
     assert [w.returncode for w in workers] == [0, 0, 0, 0], logs(tmp_path)

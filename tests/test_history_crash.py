@@ -54,7 +54,7 @@ def test_kill_9_mid_finish_loses_and_duplicates_nothing(
         # each finished event has exactly the one entry of its finish; an open one none
         ends = dict(
             raw.execute(
-                "SELECT e.id, count(t.id) FROM tickler_event_all AS e LEFT JOIN tickler_timeline AS t"
+                "SELECT e.id, count(t.id) FROM tickler_event_all AS e LEFT JOIN tickler_timeline_all AS t"
                 " ON t.event_id = e.id AND t.action IN ('delivered', 'dead')"
                 " WHERE e.queue = 'emails' GROUP BY e.id"
             ).fetchall()
@@ -70,4 +70,4 @@ def test_kill_9_mid_finish_loses_and_duplicates_nothing(
         store.leases.ack([lease.lease_id for lease in leases], now=now)
     assert counters(raw, "emails").get("open", 0) == 0
     assert one(raw, "SELECT count(DISTINCT id) FROM tickler_event_history WHERE queue = 'emails'") == EVENTS
-    assert one(raw, "SELECT count(*) FROM tickler_timeline WHERE action IN ('delivered', 'dead')") == EVENTS
+    assert one(raw, "SELECT count(*) FROM tickler_timeline_all WHERE action IN ('delivered', 'dead')") == EVENTS

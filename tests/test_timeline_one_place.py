@@ -33,8 +33,15 @@ def db_now(raw: psycopg.Connection[Any]) -> Any:
     return raw.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
 
 
+def stored(raw: psycopg.Connection[Any]) -> str:
+    """The timeline's rows: tickler_timeline_all since migration 0072 (a delivery's row is its
+    history row), the table before it."""
+    found = raw.execute("SELECT to_regclass('tickler_timeline_all') IS NOT NULL").fetchone()
+    return "tickler_timeline_all" if found and found[0] else "tickler_timeline"
+
+
 def last_id(raw: psycopg.Connection[Any]) -> int:
-    return int(raw.execute("SELECT coalesce(max(id), 0) FROM tickler_timeline").fetchone()[0])  # type: ignore[index]
+    return int(raw.execute(f"SELECT coalesce(max(id), 0) FROM {stored(raw)}").fetchone()[0])  # type: ignore[index]
 
 
 def written(raw: psycopg.Connection[Any], step: Callable[[], object]) -> list[Row]:
@@ -42,7 +49,7 @@ def written(raw: psycopg.Connection[Any], step: Callable[[], object]) -> list[Ro
     since = last_id(raw)
     step()
     found = raw.execute(
-        "SELECT item_key, action, actor, details FROM tickler_timeline WHERE id > %s ORDER BY id", [since]
+        f"SELECT item_key, action, actor, details FROM {stored(raw)} WHERE id > %s ORDER BY id", [since]
     ).fetchall()
     return [(r[0], r[1], r[2], r[3]) for r in found]
 

@@ -21,7 +21,7 @@ def db_now(raw: psycopg.Connection[Any]) -> Any:
 def rows(raw: psycopg.Connection[Any], item_key: str) -> list[str]:
     """The key's stored timeline rows, by action."""
     return [
-        r[0] for r in raw.execute("SELECT action FROM tickler_timeline WHERE item_key = %s ORDER BY id", [item_key])
+        r[0] for r in raw.execute("SELECT action FROM tickler_timeline_all WHERE item_key = %s ORDER BY id", [item_key])
     ]
 
 
