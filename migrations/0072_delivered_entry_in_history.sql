@@ -50,6 +50,57 @@ SELECT h.entry_id, h.queue, h.item_key, h.id, h.dequeued_on, 'delivered', h.dequ
 FROM tickler_event_history AS h
 WHERE h.entry_id IS NOT NULL;
 
+-- A key's newest entries (at most p_limit, below id p_before when given; of one event when
+-- p_event_id is given; only events' entries, not a schedule's, when p_events_only), newest first: what the key's latest event, a finished event by id, retry
+-- and the dashboard's timeline page read. The view above cannot serve "newest first" by index:
+-- PostgreSQL does not merge a UNION ALL branch that has a WHERE clause into the append of the
+-- other one, so its history side would read and sort every delivery of the key. Here each side
+-- reads its own index newest first (tickler_timeline_key; tickler_event_history_entry) and stops
+-- at p_limit rows. A LANGUAGE sql STABLE function of one SELECT: the planner inlines it.
+CREATE FUNCTION tickler_timeline_newest(
+    p_queue text, p_item_key text, p_events_only boolean, p_event_id bigint, p_before bigint, p_limit integer
+) RETURNS TABLE (id bigint, event_id bigint, at timestamptz, schedule_on timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT x.id, x.event_id, x.at, x.schedule_on
+    FROM (
+        (SELECT t.id, t.event_id, t.at, t.schedule_on
+         FROM tickler_timeline AS t
+         WHERE t.queue = p_queue AND t.item_key = p_item_key
+           AND (NOT p_events_only OR t.event_id IS NOT NULL)
+           AND (p_event_id IS NULL OR t.event_id = p_event_id)
+           AND (p_before IS NULL OR t.id < p_before)
+         ORDER BY t.id DESC LIMIT p_limit)
+        UNION ALL
+        (SELECT h.entry_id, h.id, h.dequeued_on, h.schedule_on
+         FROM tickler_event_history AS h
+         WHERE h.queue = p_queue AND h.item_key = p_item_key AND h.entry_id IS NOT NULL
+           AND (p_event_id IS NULL OR h.id = p_event_id)
+           AND (p_before IS NULL OR h.entry_id < p_before)
+         ORDER BY h.entry_id DESC LIMIT p_limit)
+    ) AS x
+    ORDER BY x.id DESC LIMIT p_limit
+$$;
+
+-- A deleted queue's delivered entries, kept: its history rows are deleted with it, and its keys'
+-- timelines stay (README: a queue deleted). Before that delete, the entries that are history
+-- rows are written into tickler_timeline with the ids they have, as the view renders them. Not a
+-- new entry (tickler_timeline_write writes those): the same entry moved. Returns how many.
+CREATE FUNCTION tickler_timeline_keep_entries(p_queue text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_kept bigint;
+BEGIN
+    INSERT INTO tickler_timeline (id, queue, item_key, event_id, at, action, actor, schedule_on, details)
+    OVERRIDING SYSTEM VALUE
+    SELECT a.id, a.queue, a.item_key, a.event_id, a.at, a.action, a.actor, a.schedule_on, a.details
+    FROM tickler_timeline_all AS a
+    WHERE a.queue = p_queue AND a.action = 'delivered'
+      AND a.id IN (SELECT h.entry_id FROM tickler_event_history AS h WHERE h.queue = p_queue AND h.entry_id IS NOT NULL);
+    GET DIAGNOSTICS v_kept = ROW_COUNT;
+    RETURN v_kept;
+END
+$$;
+
 -- Every timeline entry as users read it (latest: 0021), over tickler_timeline_all.
 CREATE OR REPLACE VIEW tickler_timeline_entry AS
 SELECT t.id, 1 AS step, t.queue, t.item_key, t.event_id, c.at, 'claimed' AS action,

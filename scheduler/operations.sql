@@ -12,9 +12,7 @@
 -- budget is counted from now: max_attempts becomes redeliver_count + budget.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 latest AS (  -- its finish, when dead: the day, queue and schedule_on that find it in history (0063)
-    SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline_all AS t
-    WHERE t.queue = :queue AND t.item_key = :item_key
-    ORDER BY t.id DESC LIMIT 1
+    SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline_newest(:queue, :item_key, false, NULL, NULL, 1) AS t
 ),
 target AS (
     SELECT e.id,
@@ -85,9 +83,7 @@ target AS (
       AND (CAST(:group_key AS text) IS NULL OR e.group_key = CAST(:group_key AS text) COLLATE "C")
       AND (CAST(:prefix AS text) IS NULL OR e.item_key >= CAST(:prefix AS text) COLLATE "C")
       AND (CAST(:prefix_end AS text) IS NULL OR e.item_key < CAST(:prefix_end AS text) COLLATE "C")
-      AND e.id = (SELECT t.event_id FROM tickler_timeline_all AS t
-                  WHERE t.queue = e.queue AND t.item_key = e.item_key
-                  ORDER BY t.id DESC LIMIT 1)
+      AND e.id = (SELECT t.event_id FROM tickler_timeline_newest(e.queue, e.item_key, false, NULL, NULL, 1) AS t)
       AND NOT EXISTS (SELECT 1 FROM tickler_event AS o
                       WHERE o.queue = e.queue AND o.item_key = e.item_key AND o.dequeued_on IS NULL)
     FOR UPDATE OF e SKIP LOCKED
@@ -182,6 +178,11 @@ logged AS (
     FROM changed AS c
 )
 SELECT count(*) AS cancelled FROM changed CROSS JOIN logged;
+
+-- name: keep_queue_entries
+-- A deleted queue's delivered entries that are its history rows (migration 0072), written into the
+-- timeline with their ids before delete_queue_events removes those rows: its keys' timelines stay.
+SELECT tickler_timeline_keep_entries(:name) AS kept;
 
 -- name: delete_queue_events
 -- Remove a deleted queue's (finished, so history's) events; their timeline stays (it has no

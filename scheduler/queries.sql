@@ -112,11 +112,10 @@ open_event AS (
     SELECT e.* FROM tickler_event AS e
     WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL
 ),
-latest AS (  -- tickler_timeline_all: a delivery's entry is its history row (0072)
-    SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline_all AS t
-    WHERE t.queue = :queue AND t.item_key = :item_key AND t.event_id IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM open_event)
-    ORDER BY t.id DESC LIMIT 1
+latest AS (  -- the newest entry of an event, in the timeline or, a delivery's, in history (0072)
+    SELECT t.event_id, t.at, t.schedule_on
+    FROM tickler_timeline_newest(:queue, :item_key, true, NULL, NULL, 1) AS t
+    WHERE NOT EXISTS (SELECT 1 FROM open_event)
 )
 SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, clock.now) AS status
 FROM open_event AS e CROSS JOIN clock
@@ -137,11 +136,7 @@ open_events AS (
 finished AS (
     SELECT w.id, l.at, l.schedule_on
     FROM wanted AS w
-    CROSS JOIN LATERAL (
-        SELECT t.at, t.schedule_on FROM tickler_timeline_all AS t
-        WHERE t.queue = :queue AND t.item_key = :item_key AND t.event_id = w.id
-        ORDER BY t.id DESC LIMIT 1
-    ) AS l
+    CROSS JOIN LATERAL tickler_timeline_newest(:queue, :item_key, true, w.id, NULL, 1) AS l
     WHERE w.id NOT IN (SELECT id FROM open_events)
 )
 SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, clock.now) AS status

@@ -13,7 +13,9 @@ import psycopg
 
 from tests.previous_ack import ack_before_0072
 from tickler.scheduler.models import NewEvent, Queue
+from tickler.scheduler.sql import queries
 from tickler.scheduler.store import Store
+from tickler.scheduler.store.ui_reads import _queries as ui_queries
 
 
 def one(raw: psycopg.Connection[Any], sql: str, *params: Any) -> Any:
@@ -96,3 +98,48 @@ def test_each_delivery_counts_once_in_the_minute_rollup_whichever_row_is_its_ent
     assert (
         one(raw, "SELECT count(*) FROM tickler_timeline_all WHERE queue = %s AND action = 'delivered'", queue.name) == 5
     )
+
+
+def history_rows_read(raw: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> int:
+    """Rows the named statement read from history (EXPLAIN ANALYZE: every scan of a history partition)."""
+    text = str({**queries(), **ui_queries()}[name])
+    for key in sorted(params, key=len, reverse=True):
+        text = text.replace(f":{key}", f"%({key})s")
+    [[result]] = raw.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {text}", params).fetchall()
+    total = 0
+
+    def walk(node: Any) -> None:
+        nonlocal total
+        if isinstance(node, dict):
+            if str(node.get("Relation Name", "")).startswith("tickler_event_history"):
+                total += int(node.get("Actual Rows", 0)) * int(node.get("Actual Loops", 1))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(result)
+    return total
+
+
+def test_a_key_delivered_many_times_reads_its_newest_entries_not_all_of_them(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    """The key's latest event and a timeline page read history newest first, by its entry index:
+    a few rows (one per partition at most), however many times the key was delivered."""
+    queue = make_queue("entry_busy_key", lease_seconds=30)
+    deliveries = 60
+    for n in range(deliveries):
+        store.events.schedule(queue, NewEvent("busy", {"n": n}), actor="app")
+        [lease] = store.leases.claim(queue, worker="w1", limit=1)
+        store.leases.ack([lease.lease_id])
+    partitions = one(raw, "SELECT count(*) FROM pg_inherits WHERE inhparent = 'tickler_event_history'::regclass")
+    key = {"queue": queue.name, "item_key": "busy"}
+
+    assert store.events.get(queue.name, "busy").data == {"n": deliveries - 1}
+    latest = history_rows_read(raw, "get_latest_event", {**key, "now": None})
+    page = history_rows_read(raw, "timeline_page", {**key, "before": None, "limit": 10})
+    assert latest <= 1 + partitions, latest  # the newest entry per partition, then the event itself
+    assert page <= 2 * 10 + partitions, page  # the page's ids, then the page's entries
+    assert len(store.events.timeline(queue.name, "busy")) == 3 * deliveries

@@ -250,6 +250,10 @@ def test_delete_queue(client: FlaskClient, emails: str, token: str, admin_token:
     last = timeline.json["entries"][-1]
     assert (last["action"], last["actor"], last["details"]) == ("cancelled", "ops", {"reason": "queue deleted"})
     assert_problem(client.get(key_url("open:2", suffix="/timeline"), headers=auth(token)), 404)
+    # a delivery's entry, which was its history row (migration 0072), stays with the others
+    delivered = client.get(key_url("done", suffix="/timeline"), headers=auth(admin_token)).json["entries"]
+    assert [e["action"] for e in delivered] == ["enqueued", "claimed", "delivered"]
+    assert rows_of(raw, "tickler_event_history WHERE queue = 'emails'") == 0
     assert rows_of(raw, "tickler_queue_count WHERE queue = 'emails'") == 0
     assert rows_of(raw, "tickler_minute_stat WHERE queue = 'emails'") == 0  # the charts start empty
 

@@ -157,6 +157,7 @@ class QueueOperations(EngineStore):
                     raise QueueInUse(
                         f"Queue {name!r} still holds open events; cancel them first, or delete with cancel_open=true."
                     )
+            conn.execute(q("keep_queue_entries"), {"name": name})
             deleted = conn.execute(q("delete_queue_events"), {"name": name}).rowcount
             conn.execute(q("delete_queue_counts"), {"name": name})
             conn.execute(q("delete_queue_minute_stats"), {"name": name})

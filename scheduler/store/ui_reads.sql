@@ -5,12 +5,8 @@
 -- `before` (keyset on the primary key (queue, item_key, id)), with the `claimed` entry each row
 -- carries (tickler_timeline_entry, migration 0016); the first page also has the running lease's
 -- `claimed` entry, which has no row of its own yet (id NULL).
-WITH page AS (  -- tickler_timeline_all: with the deliveries that are history rows (0072)
-    SELECT t.id FROM tickler_timeline_all AS t
-    WHERE t.queue = :queue AND t.item_key = :item_key
-      AND (CAST(:before AS bigint) IS NULL OR t.id < CAST(:before AS bigint))
-    ORDER BY t.id DESC
-    LIMIT :limit
+WITH page AS (  -- with the deliveries that are history rows (0072)
+    SELECT t.id FROM tickler_timeline_newest(:queue, :item_key, false, NULL, CAST(:before AS bigint), CAST(:limit AS integer)) AS t
 )
 SELECT e.id, e.step, e.at, e.action, e.actor, e.event_id, e.schedule_on, e.details
 FROM tickler_timeline_entry AS e
