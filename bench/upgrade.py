@@ -1,13 +1,16 @@
 """How long the upgrade to history by day (migration 0021) takes, and what a client sees meanwhile.
 
-    .venv/bin/python -m bench.upgrade [--events 1000000] [--database-url URL]
+    .venv/bin/python -m bench.upgrade [--events 1000000] [--from N] [--database-url URL]
 
 Builds a database with the previous schema (migrations 0001-0020) holding `--events` events, 90%
 finished over the last 30 days (each with its enqueued and delivered timeline rows) and 10% open,
 as the previous release left them; then applies 0021 while a probe process reads a queue's counts
 and claims every 50 ms, and reports the upgrade's time, the longest a probe waited, and the sizes
 of the tables before and after; then drops the partitions of the upgraded history (retention of
-one day) under the same probe. Without --database-url it starts a private cluster (bench/cluster.py).
+one day) under the same probe. With --from N the database is first upgraded through migration N
+(unwatched), and the upgrade from N to the newest is the one measured: the cost of the latest
+migrations alone on a full history. Without --database-url it starts a private cluster
+(bench/cluster.py).
 """
 
 from __future__ import annotations
@@ -129,13 +132,17 @@ class Probe:
         self._process.join()
 
 
-def measure(admin_url: str, events: int) -> dict[str, Any]:
+def measure(admin_url: str, events: int, start: int = PREVIOUS) -> dict[str, Any]:
     url = create_database(admin_url)
     try:
         migrate(url, through=PREVIOUS)
         started = time.perf_counter()
         fill(url, events)
         say(f"filled {events:,} events in {time.perf_counter() - started:.0f} s")
+        if start > PREVIOUS:
+            started = time.perf_counter()
+            migrate(url, through=start)
+            say(f"upgraded through {start} (not measured) in {time.perf_counter() - started:.0f} s")
         before = sizes(url)
         upgrade_probe = Probe(url)
         upgrade_probe.start()
@@ -158,6 +165,7 @@ def measure(admin_url: str, events: int) -> dict[str, Any]:
             counts = dict(conn.execute("SELECT state, sum(n) FROM tickler_queue_count GROUP BY 1").fetchall())
         return {
             "events": events,
+            "upgrade_from": start,
             "upgrade_seconds": round(took, 1),
             "longest_probe_seconds": round(upgrade_probe.longest, 1),
             "probe_errors": upgrade_probe.errors,
@@ -176,12 +184,13 @@ def measure(admin_url: str, events: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--from", dest="start", type=int, default=PREVIOUS, help="measure the upgrade from N")
     parser.add_argument("--database-url")
     args = parser.parse_args(argv)
     cluster = None if args.database_url else PrivateCluster()
     admin_url = args.database_url or cluster.start()  # type: ignore[union-attr]
     try:
-        result = measure(admin_url, args.events)
+        result = measure(admin_url, args.events, args.start)
     finally:
         if cluster is not None:
             cluster.stop()
