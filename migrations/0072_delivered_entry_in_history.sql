@@ -56,7 +56,10 @@ WHERE h.entry_id IS NOT NULL;
 -- PostgreSQL does not merge a UNION ALL branch that has a WHERE clause into the append of the
 -- other one, so its history side would read and sort every delivery of the key. Here each side
 -- reads its own index newest first (tickler_timeline_key; tickler_event_history_entry) and stops
--- at p_limit rows. A LANGUAGE sql STABLE function of one SELECT: the planner inlines it.
+-- at p_limit rows. A LANGUAGE sql STABLE function of one SELECT: the planner inlines it. The
+-- collations are the indexes' own, said explicitly: inlined, the parameters take the call's input
+-- collation, which a call with columns of both (queue: default, item_key: "C") leaves undecided,
+-- and a comparison in another collation than an index's cannot use it.
 CREATE FUNCTION tickler_timeline_newest(
     p_queue text, p_item_key text, p_events_only boolean, p_event_id bigint, p_before bigint, p_limit integer
 ) RETURNS TABLE (id bigint, event_id bigint, at timestamptz, schedule_on timestamptz)
@@ -65,7 +68,7 @@ LANGUAGE sql STABLE AS $$
     FROM (
         (SELECT t.id, t.event_id, t.at, t.schedule_on
          FROM tickler_timeline AS t
-         WHERE t.queue = p_queue AND t.item_key = p_item_key
+         WHERE t.queue = p_queue COLLATE "default" AND t.item_key = p_item_key COLLATE "C"
            AND (NOT p_events_only OR t.event_id IS NOT NULL)
            AND (p_event_id IS NULL OR t.event_id = p_event_id)
            AND (p_before IS NULL OR t.id < p_before)
@@ -73,7 +76,7 @@ LANGUAGE sql STABLE AS $$
         UNION ALL
         (SELECT h.entry_id, h.id, h.dequeued_on, h.schedule_on
          FROM tickler_event_history AS h
-         WHERE h.queue = p_queue AND h.item_key = p_item_key AND h.entry_id IS NOT NULL
+         WHERE h.queue = p_queue COLLATE "default" AND h.item_key = p_item_key COLLATE "C" AND h.entry_id IS NOT NULL
            AND (p_event_id IS NULL OR h.id = p_event_id)
            AND (p_before IS NULL OR h.entry_id < p_before)
          ORDER BY h.entry_id DESC LIMIT p_limit)
