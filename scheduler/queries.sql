@@ -23,6 +23,57 @@ SELECT r.outcome AS scheduled, (r.event).*,
 FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
                       CAST(:debounce_max_seconds AS double precision), true) AS r;
 
+-- name: schedule_new
+-- One new event under reject or ignore (the commonest call: an in-process enqueue, a single-event
+-- request), in one plain statement: tickler_schedule()'s single-event insert step (0064, 0066),
+-- without the two PL/pgSQL calls around it, the jsonb round of the item and the read of the row
+-- after it (~20 % of the database's CPU per event; docs/benchmarks.md). The same steps in the same
+-- order: the queue's row share-locked first (the wake-up handshake, see tickler_queue.next_wake),
+-- the insert where the key is free, its `enqueued` entry through tickler_timeline_write(), one
+-- NOTIFY when a sleeping dispatcher would wake too late; fields cast as the jsonb path casts them.
+-- A taken key answers `conflict` with its open event, as tickler_schedule() does. No row: no such
+-- queue, or the key was taken by an event this statement's snapshot does not see (committed
+-- after it began); the caller asks tickler_schedule(), which raises the error or names the event
+-- (tests/test_schedule_new.py holds the two to the same rows and answers).
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+target AS MATERIALIZED (
+    SELECT q.max_attempts, q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
+),
+inserted AS (
+    INSERT INTO tickler_event AS e
+        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts, priority, fairness_key)
+    SELECT :queue, :item_key, :group_key,
+           coalesce(CAST(:schedule_on AS timestamptz),
+                    c.now + make_interval(secs => coalesce(CAST(:delay_seconds AS double precision), 0))),
+           coalesce(CAST(:data AS jsonb), '{}'), c.now, :actor,
+           coalesce(CAST(CAST(:max_attempts AS text) AS integer), t.max_attempts),
+           coalesce(CAST(CAST(:priority AS text) AS smallint), 0), coalesce(:fairness_key, '')
+    FROM target AS t CROSS JOIN clock AS c
+    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO NOTHING
+    RETURNING e.*
+),
+logged AS (
+    SELECT tickler_timeline_write(ARRAY[ROW(
+               n.queue, n.item_key, n.id, n.enqueued_on, 'enqueued', n.enqueued_by, n.schedule_on,
+               jsonb_strip_nulls(jsonb_build_object('group_key', n.group_key, 'max_attempts', n.max_attempts,
+                                                    'priority', nullif(n.priority, 0),
+                                                    'fairness_key', nullif(n.fairness_key, '')))
+           )::tickler_timeline_row]) AS written
+    FROM inserted AS n
+),
+woken AS (
+    SELECT count(pg_notify('tickler_wake', n.queue)) AS n
+    FROM inserted AS n CROSS JOIN target AS t
+    WHERE t.next_wake > n.schedule_on
+)
+SELECT 'created' AS scheduled, n.*, tickler_status(n.outcome, n.lease_expires_on, c.now) AS status
+FROM inserted AS n CROSS JOIN logged AS l CROSS JOIN woken AS w CROSS JOIN clock AS c
+UNION ALL
+SELECT 'conflict', e.*, tickler_status(e.outcome, e.lease_expires_on, c.now)
+FROM tickler_event AS e CROSS JOIN clock AS c
+WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL
+  AND NOT EXISTS (SELECT 1 FROM inserted);
+
 -- name: schedule_many
 -- Schedule many events of one queue through tickler_schedule(): one row per event, in order.
 SELECT r.ord, r.item_key, r.outcome, r.id

@@ -4,6 +4,7 @@ and everything a client can read is the same before and after."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,7 @@ from tickler.scheduler.migrate import available_migrations, migrate
 from tickler.scheduler.models import Event, NewEvent, Queue
 from tickler.scheduler.sql import parse_queries
 from tickler.scheduler.store import QueueSettings, SearchFilter, Store
+from tickler.scheduler.store import events as event_store
 from tickler.scheduler.store.operations import EventOperations
 
 PREVIOUS = 20  # the last migration of the release before history by day
@@ -105,6 +107,15 @@ def previous_cancel(engine: sa.Engine, queue: str, item_key: str, *, actor: str,
         assert conn.execute(PREVIOUS_CLAIMS["cancel_event"], params).all()
 
 
+@contextlib.contextmanager
+def previous_single_schedule() -> Iterator[None]:
+    """Single events scheduled as the previous releases did, through tickler_schedule(): this
+    release's statement for one new event (schedule_new) writes columns of later schemas."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(event_store, "_NEW_ONLY", frozenset())
+        yield
+
+
 def previous_ack(url: str, lease_ids: list[str]) -> list[int]:
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         return [row[0] for row in conn.execute(PREVIOUS_ACK, {"lease_ids": lease_ids})]
@@ -128,6 +139,11 @@ def fill(url: str, store: Store, engine: sa.Engine, now: datetime) -> list[tuple
     """Every kind of event the previous release held, written by the statements that release ran
     (the write path is unchanged): open, due, in flight, delivered, cancelled, dead, grouped,
     debounced, a reused key, recurring occurrences. Returns the (queue, key) pairs written."""
+    with previous_single_schedule():
+        return _fill(url, store, engine, now)
+
+
+def _fill(url: str, store: Store, engine: sa.Engine, now: datetime) -> list[tuple[str, str]]:
     queue = add_queue(engine, store, "emails", max_attempts=2)
     grouped = add_queue(engine, store, "digests")
     past = now - timedelta(hours=2)
@@ -366,9 +382,10 @@ def test_upgrade_to_the_lease_table_keeps_live_leases_and_fencing(admin_url: str
             )
             live = previous_claim(engine, queue, worker="w", limit=2, now=past + timedelta(minutes=1))
             # the stale lease: taken two days ago for a day, never reaped
-            store.events.schedule(
-                late, NewEvent(item_key="old", data={}, schedule_on=now - timedelta(days=3)), actor="app"
-            )
+            with previous_single_schedule():
+                store.events.schedule(
+                    late, NewEvent(item_key="old", data={}, schedule_on=now - timedelta(days=3)), actor="app"
+                )
             [stale] = previous_claim(engine, late, worker="w", limit=1, now=now - timedelta(days=2))
             store.events.schedule_batch(
                 grouped,

@@ -103,6 +103,30 @@ def _dumps_bytes(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+# The modes under which a free key is simply written (schedule_new); replace and debounce change
+# an open event first, and go through tickler_schedule().
+_NEW_ONLY = frozenset({OnConflict.REJECT, OnConflict.IGNORE})
+
+
+def _new_params(params: dict[str, Any], event: NewEvent) -> dict[str, Any]:
+    """schedule_new's parameters: the call's (queue, actor, now) and the event's fields, as
+    _events_json writes them for tickler_schedule() (the same text, the same casts in SQL)."""
+    data = event.data
+    return {
+        "queue": params["queue"],
+        "actor": params["actor"],
+        "now": params["now"],
+        "item_key": event.item_key,
+        "group_key": event.group_key,
+        "schedule_on": format_timestamp(event.schedule_on),
+        "delay_seconds": event.delay_seconds,
+        "data": None if data is None else Jsonb(data, _dumps_bytes),
+        "max_attempts": None if event.max_attempts is None else str(event.max_attempts),
+        "priority": None if event.priority is None else str(event.priority),
+        "fairness_key": event.fairness_key,
+    }
+
+
 def _traces_json(traces: Sequence[TraceContext | None]) -> str:
     """Trace contexts by position, for tickler_schedule_traced() (null: the item has none)."""
     return json.dumps(
@@ -121,7 +145,10 @@ class EventStore(EventOperations):
 
     # -- scheduling -----------------------------------------------------------------------------
     # Every write of new events goes through one SQL function, tickler_schedule() (migration
-    # 0008): the insert, the replace or debounce, their timeline and the wake-up handshake.
+    # 0008): the insert, the replace or debounce, their timeline and the wake-up handshake. One
+    # exception, the commonest call: a single new event under reject or ignore is its single-event
+    # insert step as one plain statement (schedule_new), and goes to the function only when that
+    # answers nothing (tests/test_schedule_new.py holds the two to the same rows and answers).
 
     def schedule(
         self,
@@ -269,6 +296,13 @@ class EventStore(EventOperations):
         params: dict[str, Any] = dict(
             zip(("queue", "actor", "on_conflict", "now", "debounce_max_seconds"), key, strict=True)
         )
+        if len(items) == 1 and items[0][1] is None and params["on_conflict"] in _NEW_ONLY:
+            # The commonest call: one new event (or its key's open event). No row: no such queue,
+            # or a key taken under our feet; tickler_schedule() below raises or names the event.
+            rows = driver_rows(self.engine, driver_sql("schedule_new"), _new_params(params, items[0][0]))
+            if rows:
+                rows[0]["ord"] = 0
+                return rows
         params["events"] = _events_json([event for event, _ in items])
         name = "schedule_group"
         if any(trace is not None for _, trace in items):
