@@ -452,7 +452,7 @@ SELECT min(next_on) AS next_on, clock_timestamp() AS db_now FROM (
 UPDATE tickler_queue SET next_wake = :next_wake WHERE name = ANY(CAST(:queues AS text[]));
 
 -- fragment: claim_ended_leases
--- The end of claim_events_round_robin and of tickler_claim_events() (migration 0067, which holds
+-- The end of claim_events_round_robin and of tickler_claim_events() (migration 0067, latest 0073, which holds
 -- claim_events' statement), the same text in both: change both together. Each defines `clock`,
 -- `expired` (the queue's expired leases it locked: id, the lease's columns, attempt, dies) and
 -- `chosen` (the unleased events it locked, in order: id) before it. `died` ends the expired leases
@@ -468,7 +468,7 @@ claimed AS (
     UPDATE tickler_event AS e
     SET claimed_on = clock.now,
         claimed_by = :worker,
-        lease_id = gen_random_uuid(),
+        lease_id = tickler_new_lease_id(),
         lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
         claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
         -- an expired lease ends here: the attempt it was counts (see expired)
@@ -581,7 +581,7 @@ claimed AS (
     UPDATE tickler_event AS e
     SET claimed_on = clock.now,
         claimed_by = :worker,
-        lease_id = gen_random_uuid(),
+        lease_id = tickler_new_lease_id(),
         lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
         claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
         version = e.version + 1
@@ -729,7 +729,7 @@ locked AS (
         SELECT 1 FROM tickler_lease AS l WHERE l.queue = :queue AND l.group_key = g.group_key COLLATE "C")
 ),
 leases AS (
-    SELECT group_key, gen_random_uuid() AS lease_id FROM locked
+    SELECT group_key, tickler_new_lease_id() AS lease_id FROM locked
 ),
 members AS (
     SELECT e.id, s.lease_id FROM tickler_event AS e

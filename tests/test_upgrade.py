@@ -432,12 +432,13 @@ HISTORY_ID_PREVIOUS = 61  # the last migration before history lost its index by 
 
 
 def give_this_release_claim(raw: psycopg.Connection[Any]) -> None:
-    """This release's store claims through tickler_claim_events() (migration 0067) and asks
-    tickler_groups_due() (0068), whose statements read nothing that the databases of 0061 on lack
-    (the same statements ran inline before). Given to a previous database, they let this release's
-    store write the state to upgrade; the migrations replace them with themselves."""
+    """This release's store claims through tickler_claim_events() (migration 0067, latest 0073)
+    and asks tickler_groups_due() (0068), whose statements read nothing that the databases of 0061
+    on lack (the same statements ran inline before), and takes its lease ids from
+    tickler_new_lease_id() (0073). Given to a previous database, they let this release's store
+    write the state to upgrade; the migrations replace them with themselves."""
     for migration in available_migrations():
-        if migration.version in (67, 68):
+        if migration.version in (67, 68, 73):
             raw.execute(migration.sql)
 
 
