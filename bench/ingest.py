@@ -6,7 +6,10 @@ enqueue beside pgqueuer's. The single-event rows at 4 clients also run without t
 (api/lean.py: every request through Flask) and under granian, to compare within the run.
 Each against its plain-psycopg baseline in the same database, with the
 CPU per event of the server's processes and the database (/proc) and, for single events, each
-request's latency (p50 / p99, in the row's note)."""
+request's latency (p50 / p99, in the row's note). Derived rows restate the issue's targets from the
+same run: the application's and PostgreSQL's CPU per single-event request (gunicorn, 4 clients),
+`tickler serve` against gunicorn, and the latency each request pays for group commit (p50 and
+p99 with it against without it, at 1, 4 and 16 clients)."""
 
 from __future__ import annotations
 
@@ -59,8 +62,9 @@ def _single_row(
     base: list[float],
     n: int,
     app: str = "lean",
-) -> Row:
-    """Configuration number `n` of the run: its keys are its own (all share one database)."""
+) -> tuple[Row, list[float]]:
+    """Configuration number `n` of the run (its keys are its own: all share one database): its
+    row, and every timed request's latency in seconds."""
     total = ctx.size(60, 3_000 if clients < 16 else 4_800)
     # waitress-serve: one process (serve before --web-processes); serve: its defaults (2 x 8 threads)
     workers, threads = {"waitress": (1, WORKERS * THREADS), "serve": (2, 8)}.get(kind, (WORKERS, THREADS))
@@ -77,7 +81,67 @@ def _single_row(
     row.met = row.met if clients == 4 else None
     row.note = f"latency p50 {percentile(latencies, 50) * 1e3:.1f} ms, p99 {percentile(latencies, 99) * 1e3:.1f} ms"
     say(f"{name}: {row.note}")
-    return row
+    return row, latencies
+
+
+def _cpu_rows(gthread: Row) -> list[Row]:
+    """The CPU targets of a single-event request, from the gunicorn row at 4 clients."""
+    app, db = gthread.cpu["tickler"]
+    where = "gunicorn gthread, 4 clients, group commit 2 ms"
+    return [
+        Row(
+            f"ingest: application CPU per single-event HTTP schedule, {where}",
+            app,
+            None,
+            "µs/event",
+            "≤ 700 µs",
+            app <= 700,
+        ),
+        Row(
+            f"ingest: PostgreSQL CPU per single-event HTTP schedule, {where}",
+            db,
+            None,
+            "µs/event",
+            "≤ 500 µs",
+            db <= 500,
+        ),
+    ]
+
+
+def _serve_row(serve: Row, gthread: Row) -> Row:
+    """`tickler serve` (its defaults) against gunicorn gthread, single events, 4 clients."""
+    assert serve.tickler is not None and gthread.tickler is not None
+    ratio = serve.tickler / gthread.tickler
+    return Row(
+        "ingest: tickler serve (defaults) / gunicorn gthread, 1 event/request, 4 clients, group commit 2 ms",
+        ratio,
+        None,
+        "x",
+        "within 10 % of gunicorn",
+        ratio >= 0.9,
+        note=f"{serve.tickler:,.0f} / {gthread.tickler:,.0f} events/s",
+    )
+
+
+def _latency_rows(on: dict[int, list[float]], off: dict[int, list[float]]) -> list[Row]:
+    """What a request pays for group commit: its latency with a 2 ms window (tickler column)
+    against without one (baseline column), gunicorn gthread, per number of clients."""
+    rows = []
+    for clients in sorted(on.keys() & off.keys()):
+        for p in (50, 99):
+            with_, without = percentile(on[clients], p) * 1e3, percentile(off[clients], p) * 1e3
+            rows.append(
+                Row(
+                    f"ingest: request latency p{p}, gunicorn gthread, {clients} client(s): group commit 2 ms "
+                    "(baseline column: group commit off)",
+                    with_,
+                    without,
+                    "ms",
+                    "-",
+                    None,
+                )
+            )
+    return rows
 
 
 def _batch_rows(ctx: Context) -> list[Row]:
@@ -146,6 +210,7 @@ def run(ctx: Context) -> list[Row]:
             (f"{gthread}, group commit 2 ms", "gunicorn", {}, 1, "lean"),
             (f"{gthread}, group commit 2 ms", "gunicorn", {}, 4, "lean"),
             (f"{gthread}, group commit 2 ms", "gunicorn", {}, 16, "lean"),
+            (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 1, "lean"),
             (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 4, "lean"),
             (f"{gthread}, group commit off", "gunicorn", {"TICKLER_GROUP_COMMIT_MS": "0"}, 16, "lean"),
             (f"{waitress}, group commit 2 ms", "waitress", {}, 4, "lean"),
@@ -158,8 +223,22 @@ def run(ctx: Context) -> list[Row]:
             configs.append((f"{granian}, group commit 2 ms", "granian", {}, 4, "lean"))
         if ctx.quick:
             configs = configs[1:2]
+        latency: dict[tuple[str, int], list[float]] = {}
         for n, (label, kind, env, clients, app) in enumerate(configs, start=1):
-            rows.append(_single_row(label, kind, env, clients, url, token, ctx, base, n, app))
+            row, latencies = _single_row(label, kind, env, clients, url, token, ctx, base, n, app)
+            rows.append(row)
+            latency[label, clients] = latencies
+        on, off = f"{gthread}, group commit 2 ms", f"{gthread}, group commit off"
+        gthread4 = next((r for r in rows if r.scenario == f"ingest: HTTP 1 event/request, {on}, 4 client(s)"), None)
+        serve4 = next((r for r in rows if "tickler serve (defaults" in r.scenario), None)
+        if gthread4 is not None:
+            rows += _cpu_rows(gthread4)
+            if serve4 is not None:
+                rows.append(_serve_row(serve4, gthread4))
+        rows += _latency_rows(
+            {c: lat for (label, c), lat in latency.items() if label == on},
+            {c: lat for (label, c), lat in latency.items() if label == off},
+        )
     rows += _batch_rows(ctx)
     rows.append(_enqueue_row(ctx))
     return rows

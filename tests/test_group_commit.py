@@ -186,3 +186,67 @@ def test_the_window_is_a_setting_from_0_to_1000_ms() -> None:
     assert Settings.from_env({"TICKLER_GROUP_COMMIT_MS": "0"}).group_commit_ms == 0.0
     with pytest.raises(SettingsError, match="TICKLER_GROUP_COMMIT_MS"):
         Settings.from_env({"TICKLER_GROUP_COMMIT_MS": "-1"})
+
+
+def test_grouped_replaces_each_answer_their_own_version_and_etag(
+    grouping_server: str, emails: str, token: str, raw: psycopg.Connection[Any]
+) -> None:
+    """Replaces written in one group: each response carries its own event's new version (keys
+    replaced 0, 1, 2... times before), its ETag and its data, as a replace alone would."""
+    headers = auth(token)
+    keys = [f"r{i}" for i in range(8)]
+    for i, key in enumerate(keys):
+        for round_ in range(i + 1):  # r0 written once, r1 written and replaced once, ...
+            body = {"item_key": key, "data": {"round": round_}, "delay_seconds": 60, "on_conflict": "replace"}
+            response = requests.post(f"{grouping_server}/v1/queues/emails/events", json=body, headers=headers)
+            assert response.status_code in (200, 202), response.text
+    bodies = [{"item_key": key, "data": {"final": key}, "delay_seconds": 120, "on_conflict": "replace"} for key in keys]
+    responses = _together(grouping_server, token, bodies)
+    assert [r.status_code for r in responses] == [200] * len(keys), [r.text for r in responses]
+    stored = dict(raw.execute("SELECT item_key, version FROM tickler_event").fetchall())
+    for i, (key, response) in enumerate(zip(keys, responses, strict=True)):
+        body = response.json()
+        assert (body["item_key"], body["outcome"], body["data"]) == (key, "replaced", {"final": key})
+        assert body["version"] == stored[key] == i + 2  # i + 1 writes before this replace
+        assert response.headers["ETag"] == f'"{stored[key]}"'
+    replaced = raw.execute("SELECT count(*) FROM tickler_timeline WHERE action = 'replaced'").fetchone()
+    assert replaced == (sum(range(len(keys))) + len(keys),)  # every replace once, none lost or doubled
+    shared = raw.execute(
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM (SELECT item_key, max(at) AS at FROM tickler_timeline"
+        " WHERE action = 'replaced' GROUP BY item_key) AS last GROUP BY at) AS by_transaction"
+    ).fetchone()
+    assert shared is not None and shared[0] >= 2  # at least two of the last replaces shared one statement
+
+
+def test_a_window_of_zero_writes_every_item_alone() -> None:
+    """TICKLER_GROUP_COMMIT_MS=0: requests on their way and a write under way never make a group."""
+    calls: list[list[str]] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def write(key: Any, items: Sequence[str]) -> list[str]:
+        calls.append(list(items))
+        if items[0] == "first":
+            entered.set()
+            release.wait(timeout=30)
+        return list(items)
+
+    groups: GroupCommit[str, str] = GroupCommit(write, window=0)
+    results: dict[str, str] = {}
+
+    def request(item: str) -> None:
+        with groups.handling():
+            results[item] = groups.submit("q", item, item)
+
+    first = threading.Thread(target=request, args=("first",))
+    first.start()
+    assert entered.wait(timeout=30)
+    # a write of the same key is under way: with a window these would wait for it and share one
+    later = [threading.Thread(target=request, args=(item,)) for item in ("b", "c")]
+    for thread in later:
+        thread.start()
+    wait_until(lambda: len(calls) == 3, timeout=30)
+    release.set()
+    for thread in (first, *later):
+        thread.join(timeout=30)
+    assert results == {"first": "first", "b": "b", "c": "c"}
+    assert sorted(calls) == [["b"], ["c"], ["first"]]
