@@ -74,6 +74,66 @@ FROM tickler_event AS e CROSS JOIN clock AS c
 WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL
   AND NOT EXISTS (SELECT 1 FROM inserted);
 
+-- name: schedule_new_many
+-- schedule_new for the items of one group commit (concurrent single-event requests of one queue,
+-- caller and mode, reject or ignore; their keys distinct): the same steps in one statement, the
+-- items in the order of their positions (`ord`, from 0). The events are inserted in
+-- that order (their ids and entries ascend with it), their `enqueued` entries written by one call
+-- of tickler_timeline_write(), one NOTIFY for the group when a sleeping dispatcher would wake too
+-- late. Per item: `created` and its event, or `conflict` and the open event that holds its key.
+-- An item with no row (a key taken by an event committed after the statement began) and a group
+-- with none (no such queue) go on to schedule_group, as schedule_new's do to tickler_schedule().
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+target AS MATERIALIZED (
+    SELECT q.max_attempts, q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
+),
+item AS MATERIALIZED (
+    -- the items as EventStore writes them for tickler_schedule() (:events, a JSON array), cast as its
+    -- jsonb path casts them; keys in the column's collation (the open-key index answers conflicts)
+    SELECT i.ord, i.item_key COLLATE "C" AS item_key, i.group_key, i.schedule_on, i.delay_seconds, i.data,
+           i.max_attempts, i.priority, i.fairness_key
+    FROM jsonb_to_recordset(CAST(:events AS jsonb))
+         AS i (ord integer, item_key text, group_key text, schedule_on text, delay_seconds double precision,
+               data jsonb, max_attempts text, priority text, fairness_key text)
+),
+inserted AS (
+    INSERT INTO tickler_event AS e
+        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts, priority, fairness_key)
+    SELECT :queue, i.item_key, i.group_key,
+           coalesce(CAST(i.schedule_on AS timestamptz),
+                    c.now + make_interval(secs => coalesce(i.delay_seconds, 0))),
+           coalesce(i.data, '{}'), c.now, :actor,
+           coalesce(CAST(i.max_attempts AS integer), t.max_attempts),
+           coalesce(CAST(i.priority AS smallint), 0), coalesce(i.fairness_key, '')
+    FROM item AS i CROSS JOIN target AS t CROSS JOIN clock AS c
+    ORDER BY i.ord
+    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO NOTHING
+    RETURNING e.*
+),
+logged AS (
+    SELECT tickler_timeline_write(array_agg(ROW(
+               n.queue, n.item_key, n.id, n.enqueued_on, 'enqueued', n.enqueued_by, n.schedule_on,
+               jsonb_strip_nulls(jsonb_build_object('group_key', n.group_key, 'max_attempts', n.max_attempts,
+                                                    'priority', nullif(n.priority, 0),
+                                                    'fairness_key', nullif(n.fairness_key, '')))
+           )::tickler_timeline_row ORDER BY n.id)) AS written
+    FROM inserted AS n
+),
+woken AS (
+    SELECT count(pg_notify('tickler_wake', :queue)) AS n
+    FROM target AS t
+    WHERE t.next_wake > (SELECT min(n.schedule_on) FROM inserted AS n)
+)
+SELECT i.ord, 'created' AS scheduled, n.*, tickler_status(n.outcome, n.lease_expires_on, c.now) AS status
+FROM inserted AS n JOIN item AS i ON i.item_key = n.item_key
+     CROSS JOIN logged AS l CROSS JOIN woken AS w CROSS JOIN clock AS c
+UNION ALL
+SELECT i.ord, 'conflict', e.*, tickler_status(e.outcome, e.lease_expires_on, c.now)
+FROM item AS i
+     JOIN tickler_event AS e ON e.queue = :queue AND e.item_key = i.item_key AND e.dequeued_on IS NULL
+     CROSS JOIN clock AS c
+WHERE NOT EXISTS (SELECT 1 FROM inserted AS n WHERE n.item_key = i.item_key);
+
 -- name: schedule_many
 -- Schedule many events of one queue through tickler_schedule(): one row per event, in order.
 SELECT r.ord, r.item_key, r.outcome, r.id

@@ -1,5 +1,5 @@
-"""One new event in one plain statement (scheduler/queries.sql, schedule_new) against
-tickler_schedule().
+"""One new event in one plain statement (scheduler/queries.sql, schedule_new), and the new events
+of one group commit in one (schedule_new_many), against tickler_schedule().
 
 EventStore.schedule() writes a single event under reject or ignore with schedule_new (a taken
 key: it answers the open event) and asks tickler_schedule() only when that answers nothing (no
@@ -11,6 +11,7 @@ wake-up NOTIFY must be the same.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.helpers_wait import wait_until
 from tickler.scheduler.errors import KeyConflict
 from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.sql import driver_sql
@@ -33,7 +35,10 @@ TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the statements EventStore ran (schedule_new, schedule_group), in order."""
-    names = {driver_sql(name): name for name in ("schedule_new", "schedule_group", "schedule_group_traced")}
+    names = {
+        driver_sql(name): name
+        for name in ("schedule_new", "schedule_new_many", "schedule_group", "schedule_group_traced")
+    }
     ran: list[str] = []
     real = event_store.driver_rows
 
@@ -189,3 +194,137 @@ def test_a_new_event_due_before_the_dispatchers_next_look_wakes_them(
         first = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
     assert first == [sooner.name]
     assert statements == ["schedule_new", "schedule_new"]
+
+
+def group_answers(store: Store, queue: Queue, mode: str, events: list[NewEvent], now: datetime) -> Any:
+    """What a group commit's write answers per item (scheduled, the event without its id), or the
+    error it raises (then the group's items are written alone: the same on both sides)."""
+    try:
+        rows = store.events._write_group((queue.name, "app", mode, now, None), [(e, None) for e in events])
+    except Exception as error:
+        original = getattr(error, "orig", error)
+        return (type(error).__name__, getattr(original, "sqlstate", None))
+    answers = []
+    for row in rows:
+        kept = {k: v for k, v in row.items() if k not in ("id", "queue", "lease_id")}
+        answers.append(kept)
+    return answers
+
+
+def groups(queue: Queue, unknown: Queue) -> list[tuple[Queue, str, list[NewEvent]]]:
+    """Groups of new events under reject and ignore: free keys, taken keys, every field, errors."""
+    return [
+        (queue, "reject", [NewEvent("a", {"n": 1}), NewEvent("b", {}, delay_seconds=60.5), NewEvent("c", {})]),
+        (
+            queue,
+            "reject",
+            [
+                NewEvent(
+                    "d",
+                    {"n": 2, "nested": {"x": [1, 2]}},
+                    group_key="g1",
+                    schedule_on=datetime(2030, 1, 1, 10, 0, tzinfo=UTC),
+                    max_attempts=5,
+                    priority=2,
+                    fairness_key="f1",
+                ),
+                NewEvent("a", {}),  # taken: conflict, the open event
+                NewEvent("e", {}, priority=-100, max_attempts=1, group_key="g1", fairness_key="f1"),
+            ],
+        ),
+        (queue, "ignore", [NewEvent("b", {}), NewEvent("f", {}, fairness_key="ff"), NewEvent("c", {})]),
+        (queue, "reject", [NewEvent("g", {}), NewEvent("h", {}, group_key="g1", fairness_key="other")]),  # refused
+        (queue, "reject", [NewEvent("i", {}), NewEvent("j/1", {})]),  # key syntax
+        (unknown, "reject", [NewEvent("k", {}), NewEvent("l", {})]),  # no such queue
+        (queue, "reject", [NewEvent("m", {}, schedule_on=datetime(2029, 12, 31, tzinfo=UTC)), NewEvent("n", {})]),
+    ]
+
+
+def test_a_group_of_new_events_writes_and_answers_what_tickler_schedule_does(
+    store: Store,
+    make_queue: Callable[..., Queue],
+    raw: psycopg.Connection[Any],
+    statements: list[str],
+    without_schedule_new: Callable[[bool], None],
+) -> None:
+    new, old = make_queue("schedule_many_on", max_attempts=4), make_queue("schedule_many_off", max_attempts=4)
+    unknown = replace(new, name="schedule_many_gone")
+    answers: dict[str, list[Any]] = {}
+    for side, off in ((new, False), (old, True)):
+        without_schedule_new(off)
+        answers[side.name] = [
+            group_answers(store, q if q is unknown else side, mode, events, T0 + timedelta(seconds=10 * n))
+            for n, (q, mode, events) in enumerate(groups(side, unknown))
+        ]
+    mine, theirs = answers[new.name], answers[old.name]
+    for n, (one, other) in enumerate(zip(mine, theirs, strict=True)):
+        assert one == other, f"group {n}"
+    outcomes = [a if isinstance(a, tuple) else [row["scheduled"] for row in a] for a in mine]
+    assert outcomes == [
+        ["created", "created", "created"],
+        ["created", "conflict", "created"],
+        ["conflict", "created", "conflict"],
+        ("IntegrityError", "23514"),
+        ("IntegrityError", "23514"),
+        ("IntegrityError", "23503"),
+        ["created", "created"],
+    ], outcomes
+    assert state(raw, new.name) == state(raw, old.name)
+    # with it on, each group was one statement; the refused ones raised from it, and the unknown
+    # queue's (no row at all) went on to tickler_schedule() for its error
+    ran_on = statements[: len(statements) - len(theirs)]
+    assert ran_on == ["schedule_new_many"] * 6 + ["schedule_group", "schedule_new_many"], ran_on
+
+
+def test_a_key_taken_while_the_group_is_written_is_answered_by_tickler_schedule(
+    store: Store,
+    make_queue: Callable[..., Queue],
+    database_url: str,
+    raw: psycopg.Connection[Any],
+    statements: list[str],
+) -> None:
+    """An item whose key an event took after the group's statement began (its insert waited on
+    that event's transaction, then gave way): the statement answers nothing for it, and
+    tickler_schedule() answers the conflict; the group's other items stay written once."""
+    from tickler.scheduler.db import libpq_url
+
+    queue = make_queue("schedule_many_race")
+    with psycopg.connect(libpq_url(database_url)) as other:
+        other.execute(
+            "INSERT INTO tickler_event (queue, item_key, schedule_on, enqueued_by, max_attempts)"
+            " VALUES (%s, 'x', now() + interval '1 hour', 'other', 3)",
+            [queue.name],
+        )
+        result: list[Any] = []
+        writer = threading.Thread(
+            target=lambda: result.append(
+                store.events._write_group(
+                    (queue.name, "app", "reject", None, None), [(NewEvent("y", {}), None), (NewEvent("x", {}), None)]
+                )
+            )
+        )
+        writer.start()
+        wait_until(
+            lambda: (
+                raw.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                ).fetchone()
+                == (1,)
+            ),
+            what="the group's insert waiting on the other transaction",
+        )
+        other.commit()
+        writer.join(timeout=30)
+    (rows,) = result
+    assert [(r["ord"], r["scheduled"], r["item_key"], r["enqueued_by"]) for r in rows] == [
+        (0, "created", "y", "app"),
+        (1, "conflict", "x", "other"),
+    ]
+    assert statements == ["schedule_new_many", "schedule_group"]
+    assert raw.execute(
+        "SELECT item_key, count(*) FROM tickler_event WHERE queue = %s GROUP BY 1 ORDER BY 1", [queue.name]
+    ).fetchall() == [("x", 1), ("y", 1)]
+    assert raw.execute(
+        "SELECT item_key, action FROM tickler_timeline WHERE queue = %s ORDER BY id", [queue.name]
+    ).fetchall() == [("y", "enqueued")]
