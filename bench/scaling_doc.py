@@ -99,6 +99,15 @@ HISTORY = [
         "17.6 s / 16.8 s | — |"
     ),
     "| … then dropping the upgraded history by retention / longest wait of the probe | 0.18 s / 0.06 s | — |",
+    (
+        "| 2026-11-27, the whole path 0020 → 0073 (through the delivered entry as the history row and lease "
+        "ids in time order; another 2-core machine, quiet): upgrade / longest wait of the probe (no errors) | "
+        "11.1 s / 10.5 s | 153 s / 147 s |"
+    ),
+    (
+        "| … then dropping the upgraded history by retention (0.9 / 9 million finished events, 1.9 / 19 "
+        "million timeline rows) / longest wait of the probe | 0.15 s / 0.05 s | 1.89 s / 0.07 s |"
+    ),
     "",
     (
         "The upgrade holds its tables for its whole run: the API and the workers stay up and answer "
@@ -119,7 +128,8 @@ HISTORY = [
         "and 189 against 207 shared buffers per claim: claims, due counts and gauges read no history "
         "(their plan test: `tests/test_history.py`). Rerun 2026-11-24 with 0060 to 0064 and both databases' "
         "claims interleaved: 4.34 against 4.37 ms (0.99x; 1.23x in a run at a load average of 20 to 40) "
-        "and 100 against 124 buffers."
+        "and 100 against 124 buffers. Rerun 2026-11-27 through 0073: 0.854 against 0.835 ms (1.02x), 683 "
+        "against 870 buffers."
     ),
     "",
 ]
@@ -262,8 +272,10 @@ def render(results: dict[str, Any]) -> str:
             "- **The lease in its own table** (migration 0060, done): a claim inserts one lease row "
             "(`tickler_lease`, one index) and rewrites the event row as a HOT update, with no new entry "
             "in the event's indexes: 3.98 B-tree entries and 1,343-1,471 bytes of WAL per delivered event "
-            "(`python -m bench.walprofile`, 1.49-1.63x the plain-SQL baseline; 8.94 and 1,810 before). The "
-            "WAL figures of this page were measured before it.",
+            "when it landed (`python -m bench.walprofile`, 1.49-1.63x the plain-SQL baseline; 8.94 and 1,810 "
+            "before); with the delivered entry as the history row (0072) and lease ids in time order (0073), "
+            "2.99 entries and 1,081-1,090 bytes (1.20-1.21x; bench/analysis.md). The WAL figures of this "
+            "page were measured before it.",
             "- **Read replicas** for the dashboard, search and timelines (streaming replication); the "
             "primary keeps the writes and the claims.",
             "- **Spark for history** (the pipeline: docs/pipeline.md): analyses over archived events run "
