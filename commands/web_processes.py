@@ -140,6 +140,10 @@ class WebProcesses:
         self.pid = 0
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
+        # Held while the supervisor is reaped and while stop() signals it: a pid is signalled only
+        # before it is reaped, when it is still the supervisor's (exited or not), never after.
+        self._reaping = threading.Lock()
+        self._reaped = False
 
     def start(self) -> WebProcesses:
         """Fork the supervisor. Call it before this process starts a thread or opens a pool."""
@@ -158,7 +162,11 @@ class WebProcesses:
         return self
 
     def _watch(self) -> None:
-        _, status = os.waitpid(self.pid, 0)
+        # Wait for the supervisor's exit without reaping it (WNOWAIT), then reap it under the lock.
+        os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
+        with self._reaping:
+            _, status = os.waitpid(self.pid, 0)
+            self._reaped = True
         if not self._stopping.is_set():
             log.error(
                 "the web processes' supervisor exited; this process serves alone",
@@ -176,13 +184,24 @@ class WebProcesses:
         """Stop the web processes and wait for them (bounded)."""
         self._stopping.set()
         watcher = self._watcher
-        if watcher is None or not watcher.is_alive():
-            return  # never started, or already reaped: its pid may be someone else's by now
-        os.kill(self.pid, signal.SIGTERM)
+        if watcher is None:
+            return  # never started
+        # A Ctrl-C at a terminal signals the whole group: the supervisor may be exiting, or have
+        # exited and been reaped, as this runs. Once reaped its pid may be someone else's.
+        if not self._signal(signal.SIGTERM):
+            return
         watcher.join(STOP_GRACE_SECONDS + 5)
         if watcher.is_alive():
-            os.kill(self.pid, signal.SIGKILL)  # its web processes follow it (PR_SET_PDEATHSIG)
+            self._signal(signal.SIGKILL)  # its web processes follow it (PR_SET_PDEATHSIG)
             watcher.join(5)
+
+    def _signal(self, signum: int) -> bool:
+        """Signal the supervisor unless it was reaped already (then False)."""
+        with self._reaping:
+            if self._reaped:
+                return False
+            os.kill(self.pid, signum)  # not reaped: the pid is still its own, exited or not
+            return True
 
 
 class _Supervisor:

@@ -345,3 +345,35 @@ def test_without_fork_or_pdeathsig_serve_runs_one_process(monkeypatch: pytest.Mo
     assert serve_command._usable(3) == 1
     with pytest.raises(Refused, match="--web-processes must be 1 or more"):
         serve_command._usable(0)
+
+
+REAPED_THEN_STOPPED = """
+import os, signal, threading, time
+from tickler.commands import web_processes
+
+handle = web_processes.WebProcesses(1, lambda ready: time.sleep(60) or 0).start()
+os.kill(handle.pid, signal.SIGKILL)
+deadline = time.monotonic() + 30
+while not handle._reaped and time.monotonic() < deadline:
+    time.sleep(0.01)
+assert handle._reaped
+# The moment of the race: the watcher has reaped the supervisor but is still running (logging).
+release = threading.Event()
+handle._watcher = threading.Thread(target=release.wait, args=(2,), daemon=True)
+handle._watcher.start()
+signalled = []
+os.kill = lambda pid, signum: signalled.append((pid, signum))
+handle.stop()
+print("signalled", signalled)
+"""
+
+
+def test_stop_never_signals_a_supervisor_already_reaped() -> None:
+    """Ctrl-C at a terminal reaches serve and its supervisor at once: the supervisor may exit and be
+    reaped between stop()'s look at it and its signal. A reaped pid may be another process's by
+    then (or none: ProcessLookupError made serve exit 1), so stop() signals only before the reap."""
+    done = subprocess.run(
+        [sys.executable, "-c", REAPED_THEN_STOPPED], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "signalled []" in done.stdout, done.stdout + done.stderr
