@@ -18,20 +18,26 @@ from tests.helpers_http import serving_app
 from tests.helpers_wait import wait_until
 from tickler.api import close_app, create_app
 from tickler.config import Settings
+from tickler.scheduler.db import libpq_url
 from tickler.scheduler.store.group_commit import GroupCommit
 
 CLIENTS = 16
 
 
 @pytest.fixture
-def grouping_server(settings: Settings) -> Iterator[str]:
-    """The API with a long window (200 ms): requests that arrive together are certainly grouped."""
+def grouping_app(settings: Settings) -> Iterator[tuple[str, GroupCommit[Any, Any]]]:
+    """The API with a long window (200 ms), its URL and its group commit."""
     app: Flask = create_app(settings.with_overrides(group_commit_ms=200), configure_logs=False)
     try:
         with serving_app(app) as url:
-            yield url
+            yield url, app.extensions["tickler"].store.events.groups
     finally:
         close_app(app)
+
+
+@pytest.fixture
+def grouping_server(grouping_app: tuple[str, GroupCommit[Any, Any]]) -> str:
+    return grouping_app[0]
 
 
 def _together(url: str, token: str, bodies: Sequence[dict[str, Any]]) -> list[requests.Response]:
@@ -46,6 +52,30 @@ def _together(url: str, token: str, bodies: Sequence[dict[str, Any]]) -> list[re
         return list(pool.map(one, bodies))
 
 
+def _together_behind_a_held_write(
+    grouping_app: tuple[str, GroupCommit[Any, Any]], database_url: str, token: str, bodies: Sequence[dict[str, Any]]
+) -> list[requests.Response]:
+    """Send `bodies` at once while writes to tickler_event wait on a table lock held until every
+    request has submitted: whatever the machine's speed, all of them arrive while a write is under
+    way, and the window (raised to 30 s) closes only once none is on its way, so groups certainly
+    form: the first write and one group behind it at most."""
+    url, groups = grouping_app
+    groups.window = 30.0
+    with psycopg.connect(libpq_url(database_url)) as blocker:
+        blocker.execute("LOCK TABLE tickler_event IN EXCLUSIVE MODE")  # reads go on, writes wait
+        pool = ThreadPoolExecutor(len(bodies))
+        futures = [
+            pool.submit(requests.post, f"{url}/v1/queues/emails/events", json=body, headers=auth(token), timeout=60)
+            for body in bodies
+        ]
+        wait_until(lambda: groups.submitted() == len(bodies), what=lambda: f"{groups.submitted()} submitted")
+        blocker.commit()
+    try:
+        return [future.result() for future in futures]
+    finally:
+        pool.shutdown()
+
+
 def _shared_transactions(raw: psycopg.Connection[Any]) -> int:
     """How many events were written in a transaction that wrote another one too (the same now())."""
     row = raw.execute(
@@ -57,10 +87,14 @@ def _shared_transactions(raw: psycopg.Connection[Any]) -> int:
 
 
 def test_concurrent_requests_share_a_statement_and_each_gets_its_own_event(
-    grouping_server: str, emails: str, token: str, raw: psycopg.Connection[Any]
+    grouping_app: tuple[str, GroupCommit[Any, Any]],
+    database_url: str,
+    emails: str,
+    token: str,
+    raw: psycopg.Connection[Any],
 ) -> None:
     bodies = [{"item_key": f"k{i}", "data": {"n": i}, "delay_seconds": 60 + i} for i in range(CLIENTS)]
-    responses = _together(grouping_server, token, bodies)
+    responses = _together_behind_a_held_write(grouping_app, database_url, token, bodies)
     assert [r.status_code for r in responses] == [202] * CLIENTS
     for i, response in enumerate(responses):
         body = response.json()
@@ -189,11 +223,15 @@ def test_the_window_is_a_setting_from_0_to_1000_ms() -> None:
 
 
 def test_grouped_replaces_each_answer_their_own_version_and_etag(
-    grouping_server: str, emails: str, token: str, raw: psycopg.Connection[Any]
+    grouping_app: tuple[str, GroupCommit[Any, Any]],
+    database_url: str,
+    emails: str,
+    token: str,
+    raw: psycopg.Connection[Any],
 ) -> None:
     """Replaces written in one group: each response carries its own event's new version (keys
     replaced 0, 1, 2... times before), its ETag and its data, as a replace alone would."""
-    headers = auth(token)
+    grouping_server, headers = grouping_app[0], auth(token)
     keys = [f"r{i}" for i in range(8)]
     for i, key in enumerate(keys):
         for round_ in range(i + 1):  # r0 written once, r1 written and replaced once, ...
@@ -201,7 +239,7 @@ def test_grouped_replaces_each_answer_their_own_version_and_etag(
             response = requests.post(f"{grouping_server}/v1/queues/emails/events", json=body, headers=headers)
             assert response.status_code in (200, 202), response.text
     bodies = [{"item_key": key, "data": {"final": key}, "delay_seconds": 120, "on_conflict": "replace"} for key in keys]
-    responses = _together(grouping_server, token, bodies)
+    responses = _together_behind_a_held_write(grouping_app, database_url, token, bodies)
     assert [r.status_code for r in responses] == [200] * len(keys), [r.text for r in responses]
     stored = dict(raw.execute("SELECT item_key, version FROM tickler_event").fetchall())
     for i, (key, response) in enumerate(zip(keys, responses, strict=True)):

@@ -57,6 +57,11 @@ class GroupCommit(Generic[Item, Result]):
         self._submitted = 0  # of those, how many have submitted their item
         self._writing: dict[Hashable, int] = {}  # writes under way, by key
 
+    def submitted(self) -> int:
+        """How many of the requests being handled have submitted their item and wait for its write."""
+        with self._lock:
+            return self._submitted
+
     @contextlib.contextmanager
     def handling(self) -> Iterator[None]:
         """Around the whole handling of a request that may submit (from before its body is read):
