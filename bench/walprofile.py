@@ -147,16 +147,16 @@ def _profile(args: argparse.Namespace, admin_url: str) -> int:
         make_queue(url)
         baseline.install(url)
         # What a delivered event writes, not what a vacuum that happens to run meanwhile writes.
-        # (History and timeline are partitioned by day: the setting goes on each partition.)
+        # (History and timeline are partitioned by day, and each day by queue: the setting goes on each part.)
         with psycopg.connect(url, autocommit=True) as conn:
             tables = [
                 row[0]
                 for row in conn.execute(
-                    "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname IN"
+                    "SELECT relname FROM pg_class WHERE relkind = 'r' AND (relname IN"
                     " ('tickler_event', 'tickler_timeline', 'tickler_queue', 'tickler_queue_count',"
                     " 'tickler_history_count', 'bench_job')"
-                    " OR relname IN (SELECT name FROM tickler_history_partition)"
-                    " OR relname IN ('tickler_event_history_default', 'tickler_timeline_default')"
+                    " OR relname IN (SELECT name FROM tickler_history_partition)"  # a day's parts hold its rows
+                    " OR relname IN ('tickler_event_history_default', 'tickler_timeline_default'))"
                 )
             ]
             for table in tables:

@@ -22,7 +22,7 @@ def periodic(store: Store) -> Callable[[], None]:
 
     def run() -> None:
         try:
-            done = store.history.maintain()
+            done = store.history.maintain(wait=False)  # another process's pass does the same
         except sa.exc.DBAPIError as error:
             # A lock timeout behind a long transaction, the database restarting...: the next run retries.
             log.warning("history_maintenance_failed", error=str(error).splitlines()[0])

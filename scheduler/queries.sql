@@ -390,6 +390,11 @@ SELECT state, sum(n)::bigint AS n FROM tickler_queue_count WHERE queue = :queue 
 -- indexes only; the clock goes in as an expression so that the planner sees its value).
 SELECT c.in_flight, c.due FROM tickler_live_counts(:queue, coalesce(CAST(:now AS timestamptz), now())) AS c;
 
+-- name: wait_for_history_pass
+-- Wait for another process's history pass to end (the lock tickler_maintain_history takes; a
+-- transaction-level advisory lock, which the pass's own try-lock then finds held by itself).
+SELECT pg_advisory_xact_lock(hashtext('tickler.history'));
+
 -- name: maintain_history
 -- The history's maintenance pass (tickler_maintain_history, migration 0021): day partitions
 -- created ahead, rows in the default partitions given their day, whole days past retention dropped.

@@ -5,6 +5,7 @@ whole days, never open events, never an unarchived day under archive_before_prun
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,9 +16,11 @@ import pytest
 from flask.testing import FlaskClient
 
 from tests.conftest import auth
+from tests.helpers_wait import wait_until
 from tests.test_plans import claim_plan, plan
 from tickler.config import Settings
 from tickler.pipeline import db
+from tickler.scheduler.errors import NotFound
 from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.store import QueueSettings, Store
 
@@ -66,6 +69,31 @@ def partitions(raw: psycopg.Connection[Any], parent: str) -> set[str]:
     return {row[0] for row in raw.execute("SELECT name FROM tickler_history_partition WHERE parent = %s", [parent])}
 
 
+# The day's table a row of tickler_event_history or tickler_timeline (as `r`) is in: its part's
+# parent (migration 0074), or the partition of the parent itself that holds it (the default one,
+# a whole-day one from before 0074).
+DAY_OF_ROW = (
+    "coalesce((SELECT p.day_table FROM tickler_history_partition AS p WHERE p.name = r.tableoid::regclass::text),"
+    " r.tableoid::regclass::text)"
+)
+
+
+def by_class(names: tuple[str, ...]) -> set[str]:
+    """Table names with a part's counter left out (`..._r30_2`, a second part of class 30 of a
+    day made for queues created later, is `..._r30`)."""
+    return {re.sub(r"(_r\d+)_\d+$", r"\1", name) for name in names}
+
+
+def queues_kept(raw: psycopg.Connection[Any], day: datetime) -> dict[str, set[str]]:
+    """The queues with finished events and with timeline entries of this day (UTC)."""
+    span = [day, day + timedelta(days=1)]
+    history = raw.execute(
+        "SELECT DISTINCT queue FROM tickler_event_history WHERE dequeued_on >= %s AND dequeued_on < %s", span
+    )
+    timeline = raw.execute("SELECT DISTINCT queue FROM tickler_timeline WHERE at >= %s AND at < %s", span)
+    return {"history": {r[0] for r in history}, "timeline": {r[0] for r in timeline}}
+
+
 def test_a_finish_moves_the_event_into_history_in_the_same_statement(
     store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
 ) -> None:
@@ -77,7 +105,7 @@ def test_a_finish_moves_the_event_into_history_in_the_same_statement(
     # the open events' table holds only the open one; the finished ones are in today's partition
     assert [r[0] for r in raw.execute("SELECT item_key FROM tickler_event").fetchall()] == ["open"]
     moved = raw.execute(
-        "SELECT item_key, outcome, tableoid::regclass::text FROM tickler_event_history ORDER BY id"
+        f"SELECT item_key, outcome, {DAY_OF_ROW} FROM tickler_event_history AS r ORDER BY id"
     ).fetchall()
     day = "tickler_event_history_" + db_today(raw).strftime("%Y%m%d")
     assert moved == [("a", "delivered", day), ("b", "delivered", day), ("c", "cancelled", day)]
@@ -126,7 +154,7 @@ def read_relations(plan_text: str) -> set[str]:
     return set(walk(json.loads(plan_text)))
 
 
-def test_retention_drops_whole_days_past_the_longest_retention(
+def test_retention_drops_each_queues_days_past_its_own_retention(
     store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
 ) -> None:
     today = db_today(raw)
@@ -137,31 +165,148 @@ def test_retention_drops_whole_days_past_the_longest_retention(
     deliver(store, short, ["s3"], at=today + timedelta(days=1, hours=1))  # the next day
     store.events.schedule(short, NewEvent(item_key="open", data={}, schedule_on=today), actor="app", now=today)
     day0 = today.strftime("%Y%m%d")
-    day1 = (today + timedelta(days=1)).strftime("%Y%m%d")
 
-    # Four days on, the short queue's days are past retention, not the long queue's: kept.
-    done = store.history.maintain(now=today + timedelta(days=4))
-    assert done.dropped == ()
-    assert counters(raw, "short") == {"open": 1, "delivered": 3}
-    # Six days on, today's partitions go (both tables), the next day's stays.
-    done = store.history.maintain(now=today + timedelta(days=6))
-    assert set(done.dropped) == {
-        "tickler_event_history_upgraded",
-        "tickler_timeline_upgraded",
-        f"tickler_event_history_{day0}",
-        f"tickler_timeline_{day0}",
-    }
-    assert f"tickler_event_history_{day1}" in partitions(raw, "tickler_event_history")
-    assert one(raw, "SELECT to_regclass(%s) IS NULL", [f"tickler_event_history_{day0}"])
+    # Two days on, nothing of theirs is past retention.
+    store.history.maintain(now=today + timedelta(days=2))
+    assert queues_kept(raw, today) == {"history": {"short", "long"}, "timeline": {"short", "long"}}
+    # Three days on, the short queue's first day is past its 2 days: its part of the day goes
+    # (both tables), the long queue's part of the same day stays, and so does the next day.
+    done = store.history.maintain(now=today + timedelta(days=3))
+    assert {f"tickler_event_history_{day0}_r2", f"tickler_timeline_{day0}_r2"} <= by_class(done.dropped)
+    assert not {f"tickler_event_history_{day0}_r5", f"tickler_event_history_{day0}"} & by_class(done.dropped)
+    assert queues_kept(raw, today) == {"history": {"long"}, "timeline": {"long"}}
+    assert queues_kept(raw, today + timedelta(days=1)) == {"history": {"short"}, "timeline": {"short"}}
     # counters follow without a row being counted; the open event (scheduled that day) is untouched
     assert counters(raw, "short") == {"open": 1, "delivered": 1}
-    assert counters(raw, "long") == {}
+    assert counters(raw, "long") == {"delivered": 1}
     assert store.queues.counts("short")["delivered"] == 1
     assert store.events.get("short", "open").status == "pending"
+    assert store.events.get("long", "l1").status == "delivered"
     assert [e.action for e in store.events.timeline("short", "s3")] == ["enqueued", "claimed", "delivered"]
-    # partitions are made ahead of the maintenance clock
+    with pytest.raises(NotFound):
+        store.events.get("short", "s1")
+
+    # Six days on, the long queue's day goes; the whole partitions from before migration 0074
+    # (the upgraded history) go once every queue allows.
+    done = store.history.maintain(now=today + timedelta(days=6))
+    assert {f"tickler_event_history_{day0}_r5", f"tickler_timeline_{day0}_r5"} <= by_class(done.dropped)
+    assert queues_kept(raw, today) == {"history": set(), "timeline": set()}
+    assert one(raw, "SELECT to_regclass('tickler_event_history_upgraded') IS NULL")
+    assert counters(raw, "long") == {}
+    # partitions are made ahead of the maintenance clock, with a part per retention class
     ahead = (today + timedelta(days=9)).strftime("%Y%m%d")
-    assert {f"tickler_event_history_{ahead}", f"tickler_timeline_{ahead}"} <= set(done.created)
+    assert {
+        f"tickler_event_history_{ahead}",
+        f"tickler_event_history_{ahead}_r2",
+        f"tickler_event_history_{ahead}_r5",
+        f"tickler_timeline_{ahead}",
+    } <= by_class(done.created)
+
+
+def part_of(raw: psycopg.Connection[Any], parent: str, queue: str) -> set[str]:
+    """The tables holding this queue's rows of a history table."""
+    rows = raw.execute(f"SELECT DISTINCT tableoid::regclass::text FROM {parent} WHERE queue = %s", [queue])
+    return {r[0] for r in rows}
+
+
+def test_a_queue_created_after_its_day_was_made_gets_its_own_part(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    """In the days ahead at the next pass; for the day it was created on, once that day is over
+    (a part attached to a day being written could fail a writer, migration 0074)."""
+    today = db_today(raw)
+    day = f"{today:%Y%m%d}"
+    queue = make_queue("created-late", retention_days=3)
+    deliver(store, queue, ["a", "b"])
+    # today's table was made before the queue: its rows went to the day's `_rest`
+    assert part_of(raw, "tickler_event_history", "created-late") == {f"tickler_event_history_{day}_rest"}
+    assert part_of(raw, "tickler_timeline", "created-late") == {f"tickler_timeline_{day}_rest"}
+
+    store.history.maintain()  # today is being written: its rows stay; the days ahead list the queue
+    assert part_of(raw, "tickler_event_history", "created-late") == {f"tickler_event_history_{day}_rest"}
+    in_two_days = f"tickler_event_history_{today + timedelta(days=2):%Y%m%d}"
+    assert one(
+        raw,
+        "SELECT queues FROM tickler_history_partition WHERE day_table = %s AND 'created-late' = ANY(queues)",
+        [in_two_days],
+    ) == ["created-late"]
+
+    # Once the day is over, its rows of the queue get their part, and go by its retention.
+    created = store.history.maintain(now=today + timedelta(days=1, hours=2)).created
+    made = {name for name in created if name.startswith(f"tickler_event_history_{day}_r3")}
+    assert len(made) == 1 and part_of(raw, "tickler_event_history", "created-late") == made
+    assert part_of(raw, "tickler_timeline", "created-late") == {n.replace("event_history", "timeline") for n in made}
+    assert counters(raw, "created-late") == {"delivered": 2}  # nothing lost or counted twice
+    assert [e.action for e in store.events.timeline("created-late", "a")] == ["enqueued", "claimed", "delivered"]
+    dropped = store.history.maintain(now=today + timedelta(days=4)).dropped
+    assert f"tickler_event_history_{day}_r3" in by_class(dropped)
+    assert queues_kept(raw, today) == {"history": set(), "timeline": set()}
+    assert counters(raw, "created-late") == {}
+
+
+def test_writers_of_queues_created_today_never_fail_while_passes_run(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    """The rows of queues created after their day was made go to the day's `_rest` while passes
+    run: no pass attaches a part to a day being written (a row routed to `_rest` just before
+    would fail PostgreSQL's re-check of its bound), so every write succeeds."""
+    queues = [make_queue(f"created-now-{i}", retention_days=2) for i in range(3)]
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def write(queue: Queue) -> None:
+        n = 0
+        try:
+            while not stop.is_set() or n < 20:
+                deliver(store, queue, [f"k{n}"])
+                n += 1
+        except BaseException as error:  # reported by the test below
+            errors.append(error)
+
+    writers = [threading.Thread(target=write, args=(queue,)) for queue in queues]
+    for thread in writers:
+        thread.start()
+    wait_until(  # the passes start while every queue is being written
+        lambda: (
+            one(raw, "SELECT count(DISTINCT queue) FROM tickler_event_history WHERE queue LIKE 'created-now-%%'") == 3
+            or errors
+        )
+    )
+    passes = [store.history.maintain() for _ in range(10)]
+    stop.set()
+    for thread in writers:
+        thread.join(timeout=60)
+    assert not errors, errors[0]
+    assert any(passes)  # the passes made something (the queues' parts in the days ahead)
+    for queue in queues:
+        written = one(raw, "SELECT count(*) FROM tickler_event_history WHERE queue = %s", [queue.name])
+        assert written >= 20 and counters(raw, queue.name) == {"delivered": written}
+
+
+def test_a_changed_retention_holds_for_the_days_already_made(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    """A queue's days go by its retention_days as set now. Queues that shared a class when a day's
+    part was made share the part: lowering one of them drops nothing before the other allows."""
+    day = db_today(raw) + timedelta(days=2)  # a day ahead: the pass makes its parts
+    shared = [make_queue(name, retention_days=5) for name in ("lowered-shared", "kept-shared")]
+    store.history.maintain()  # one part of class 5 lists both
+    alone = make_queue("lowered-alone", retention_days=5)
+    raised = make_queue("raised-alone", retention_days=1)
+    store.history.maintain()  # and one each for these (made later)
+    for queue in [*shared, alone, raised]:
+        deliver(store, queue, ["k"], at=day + timedelta(hours=1))
+    for name, days in (("lowered-shared", 1), ("lowered-alone", 1), ("raised-alone", 4)):
+        store.queues.put(name, QueueSettings(retention_days=days), Settings())
+
+    store.history.maintain(now=day + timedelta(days=3))
+    assert queues_kept(raw, day)["history"] == {"lowered-shared", "kept-shared", "raised-alone"}
+    store.history.maintain(now=day + timedelta(days=5))
+    assert queues_kept(raw, day)["history"] == {"lowered-shared", "kept-shared"}
+    store.history.maintain(now=day + timedelta(days=6))
+    assert queues_kept(raw, day) == {"history": set(), "timeline": set()}
+    for name in ("lowered-shared", "kept-shared", "lowered-alone", "raised-alone"):
+        assert counters(raw, name) == {}
 
 
 def test_archive_before_prune_never_drops_an_unarchived_day(
@@ -172,25 +317,26 @@ def test_archive_before_prune_never_drops_an_unarchived_day(
     deliver(store, queue, ["a"], at=today + timedelta(hours=1))
     deliver(store, queue, ["b"], at=today + timedelta(days=1, hours=1))
     later = today + timedelta(days=30)
-    assert store.history.maintain(now=later).dropped == ()  # nothing archived yet
+    store.history.maintain(now=later)  # nothing archived yet
     assert counters(raw, "emails") == {"delivered": 2}
+    assert queues_kept(raw, today) == {"history": {"emails"}, "timeline": {"emails"}}
 
     # The archive wrote everything finished before the middle of the next day: today goes, the
     # next day (half written) stays.
     raw.execute(
         "INSERT INTO tickler_archive_progress (archived_through) VALUES (%s)", [today + timedelta(days=1, hours=12)]
     )
-    dropped = store.history.maintain(now=later).dropped
-    assert f"tickler_event_history_{today.strftime('%Y%m%d')}" in dropped
-    assert f"tickler_event_history_{(today + timedelta(days=1)).strftime('%Y%m%d')}" not in dropped
+    store.history.maintain(now=later)
+    assert queues_kept(raw, today) == {"history": set(), "timeline": set()}
+    assert queues_kept(raw, today + timedelta(days=1)) == {"history": {"emails"}, "timeline": {"emails"}}
     assert counters(raw, "emails") == {"delivered": 1}
     assert store.events.get("emails", "b").status == "delivered"
 
     # Without archive_before_prune the same day goes at once.
     store.queues.put("emails", QueueSettings(archive_before_prune=False), Settings())
-    assert f"tickler_event_history_{(today + timedelta(days=1)).strftime('%Y%m%d')}" in (
-        store.history.maintain(now=later).dropped
-    )
+    store.history.maintain(now=later)
+    assert queues_kept(raw, today + timedelta(days=1)) == {"history": set(), "timeline": set()}
+    assert counters(raw, "emails") == {}
 
 
 def test_an_archive_run_records_how_far_it_archived(raw: psycopg.Connection[Any]) -> None:
@@ -247,12 +393,12 @@ def test_rows_without_their_day_yet_land_in_the_default_partition_and_get_it_lat
     far = db_today(raw) + timedelta(days=40, hours=5)  # no partition that far ahead
     queue = make_queue("emails")
     deliver(store, queue, ["a", "b"], at=far)
-    where = {r[0] for r in raw.execute("SELECT tableoid::regclass::text FROM tickler_event_history")}
+    where = {r[0] for r in raw.execute(f"SELECT {DAY_OF_ROW} FROM tickler_event_history AS r")}
     assert where == {"tickler_event_history_default"}
     created = store.history.maintain().created
     day = far.strftime("%Y%m%d")
     assert {f"tickler_event_history_{day}", f"tickler_timeline_{day}"} <= set(created)
-    where = {r[0] for r in raw.execute("SELECT tableoid::regclass::text FROM tickler_event_history")}
+    where = {r[0] for r in raw.execute(f"SELECT {DAY_OF_ROW} FROM tickler_event_history AS r")}
     assert where == {f"tickler_event_history_{day}"}
     assert one(raw, "SELECT count(*) FROM tickler_timeline_default") == 0
     assert counters(raw, "emails") == {"delivered": 2}
@@ -282,7 +428,7 @@ def test_a_reused_key_keeps_its_timeline_across_the_move_and_a_day_boundary(
         ("enqueued", second.id),
         ("cancelled", second.id),
     ]
-    days = {r[0] for r in raw.execute("SELECT tableoid::regclass::text FROM tickler_timeline WHERE item_key = 'k'")}
+    days = {r[0] for r in raw.execute(f"SELECT {DAY_OF_ROW} FROM tickler_timeline AS r WHERE item_key = 'k'")}
     assert days == {f"tickler_timeline_{today.strftime('%Y%m%d')}", f"tickler_timeline_{after_midnight:%Y%m%d}"}
     assert [e.id for e in store.events.get_many("emails", "k", [first.id, second.id])] != []
     assert {e.status for e in store.events.get_many("emails", "k", [first.id, second.id])} == {"delivered", "cancelled"}
@@ -312,13 +458,12 @@ def test_retention_racing_finishes_loses_and_double_counts_nothing(
     finishers = [threading.Thread(target=finish) for _ in range(3)]
     for thread in finishers:
         thread.start()
-    dropped: list[str] = []
     for _ in range(5):
-        dropped += store.history.maintain(now=today + timedelta(days=3)).dropped
+        store.history.maintain(now=today + timedelta(days=3))
     for thread in finishers:
         thread.join(timeout=60)
     assert not errors
-    assert f"tickler_event_history_{today.strftime('%Y%m%d')}" in dropped
+    assert one(raw, "SELECT count(*) FROM tickler_event_history WHERE item_key LIKE 'old%%'") == 0
     assert counters(raw, "emails") == {"delivered": 300}
     assert one(raw, "SELECT count(DISTINCT item_key) FROM tickler_event_history WHERE item_key LIKE 'new%%'") == 300
 

@@ -618,3 +618,75 @@ def test_upgrade_to_one_trigger_per_operation_keeps_counters_leases_and_history(
     finally:
         engine.dispose()
         pg.drop_database(admin_url, url)
+
+
+# -- retention per queue: each day partitioned by queue (migration 0074) -------------------------
+
+RETENTION_PREVIOUS = 73  # the last migration with whole-day partitions only
+
+
+def test_upgrade_to_parts_by_retention_keeps_every_row_and_each_queues_retention_after_it(admin_url: str) -> None:
+    """A database of whole-day partitions (today's holding two queues' finished events, the next
+    days' empty): after 0074 every event, timeline entry and counter is the same; the day that
+    holds rows stays whole (it goes when every queue allows, as it did), the empty days ahead are
+    made again by queue, and the events finished on them go by each queue's own retention."""
+    url = pg.create_database(admin_url, prefix="tickler_upgrade_retention")
+    migrate(url, through=RETENTION_PREVIOUS)
+    engine = create_engine(url, pool_size=3)
+    try:
+        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
+            store = Store(engine)
+            queues = {name: add_queue(engine, store, name) for name in ("keeps", "brief")}
+            raw.execute("UPDATE tickler_queue SET retention_days = CASE name WHEN 'brief' THEN 1 ELSE 30 END")
+            today = raw.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC')").fetchone()[0]  # type: ignore[index]
+            today = today.replace(tzinfo=UTC)
+
+            def deliver(queue: Queue, key: str, at: datetime | None) -> None:
+                store.events.schedule(queue, NewEvent(item_key=key, data={"k": key}), actor="app", now=at)
+                [lease] = store.leases.claim(queue, worker="w", limit=1, now=at)
+                store.leases.ack([lease.lease_id], now=at)
+
+            for name, queue in queues.items():
+                deliver(queue, f"{name}-before", None)
+            day_ahead = f"tickler_event_history_{today + timedelta(days=2):%Y%m%d}"
+            assert one_value(raw, f"SELECT relkind FROM pg_class WHERE relname = '{day_ahead}'") == "r"
+
+            def state() -> dict[str, Any]:
+                return {
+                    "history": rows(raw, "tickler_event_history"),
+                    "timeline": rows(raw, "tickler_timeline_all"),
+                    "counts": {name: store.queues.counts(name) for name in queues},
+                }
+
+            before = state()
+            assert 74 in [m.version for m in migrate(url)]
+            assert state() == before
+            today_table = f"tickler_event_history_{today:%Y%m%d}"
+            kinds = dict(
+                raw.execute(
+                    "SELECT relname, relkind FROM pg_class WHERE relname = ANY(%s)", [[today_table, day_ahead]]
+                ).fetchall()
+            )
+            assert kinds == {today_table: "r", day_ahead: "p"}  # the day with rows stays whole
+            parts = raw.execute(
+                "SELECT retention_days, queues FROM tickler_history_partition WHERE day_table = %s"
+                " AND queues IS NOT NULL ORDER BY 1",
+                [day_ahead],
+            ).fetchall()
+            assert parts == [(1, ["brief"]), (30, ["keeps"])]
+
+            # Events finished on a day made by 0074 go by their queue's retention; the day from
+            # before it, when every queue allows.
+            on_day_ahead = today + timedelta(days=2, hours=1)
+            for name, queue in queues.items():
+                deliver(queue, f"{name}-after", on_day_ahead)
+            store.history.maintain(now=today + timedelta(days=4))
+            kept = {row[0] for row in raw.execute("SELECT item_key FROM tickler_event_history")}
+            assert kept == {"keeps-before", "brief-before", "keeps-after"}
+            assert store.queues.counts("brief")["delivered"] == 1
+            store.history.maintain(now=today + timedelta(days=31))
+            assert {row[0] for row in raw.execute("SELECT item_key FROM tickler_event_history")} == {"keeps-after"}
+            assert store.queues.counts("keeps")["delivered"] == 1
+    finally:
+        engine.dispose()
+        pg.drop_database(admin_url, url)

@@ -27,13 +27,18 @@ class HistoryPass:
 
 
 class HistoryStore(EngineStore):
-    def maintain(self, now: datetime | None = None, days_ahead: int = DAYS_AHEAD) -> HistoryPass:
-        """Give rows in the default partitions their day, create the next days' partitions, and
-        drop whole days past every queue's retention (tickler_maintain_history). Any number of
-        processes may call it; one at a time does the work, the others return at once."""
+    def maintain(self, now: datetime | None = None, days_ahead: int = DAYS_AHEAD, *, wait: bool = True) -> HistoryPass:
+        """Give rows in the default partitions their day, create the next days' partitions (and
+        their parts by retention class), and drop the parts of days past their queues' retention
+        (tickler_maintain_history). Any number of processes may call it; one at a time does the
+        work. `wait`: while another process is at it, wait for it and then make this pass (the
+        pass asked for, with its clock); otherwise return at once, having done nothing (the
+        dispatchers' periodic job: the other pass does the same work)."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 with self.engine.begin() as conn:
+                    if wait:  # the pass's own try-lock then finds it held by this transaction
+                        conn.execute(q("wait_for_history_pass"))
                     row = conn.execute(q("maintain_history"), {"now": now, "days_ahead": days_ahead}).one()
                 return HistoryPass(tuple(row.created or ()), tuple(row.dropped or ()))
             except sa.exc.OperationalError as error:
