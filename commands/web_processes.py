@@ -253,6 +253,17 @@ class _Supervisor:
         # A second signal while stopping must not cut the wait short and orphan nobody: ignore it.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # The signal that stopped run() may have come between a waitpid() that reaped a child and
+        # the bookkeeping after it: such a pid is no longer ours (it may be another process's by
+        # now), so it is forgotten, not signalled. A pid not yet reaped is ours, exited or not.
+        for pid in list(self.children):
+            try:
+                reaped, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                reaped = pid
+            if reaped:
+                del self.children[pid]
+                _mark_dead(pid)
         for pid in self.children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)

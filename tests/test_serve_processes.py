@@ -368,6 +368,39 @@ print("signalled", signalled)
 """
 
 
+SUPERVISOR_STOPPED_AFTER_A_REAP = """
+import os, signal, time
+from tickler.commands import web_processes
+
+exited = os.fork()
+if exited == 0:
+    os._exit(0)
+os.waitpid(exited, 0)  # reaped by run()'s waitpid(), whose bookkeeping the stop signal cut short
+running = os.fork()
+if running == 0:
+    time.sleep(60)
+    os._exit(3)
+supervisor = web_processes._Supervisor(2, lambda: 0)
+supervisor.children = {exited: time.monotonic(), running: time.monotonic()}
+signalled = []
+kill = os.kill
+os.kill = lambda pid, signum: signalled.append(pid) or kill(pid, signum)
+supervisor._stop_children()
+print("signalled", signalled == [running], "left", supervisor.children)
+"""
+
+
+def test_the_supervisor_stops_its_children_when_one_was_reaped_as_the_signal_came() -> None:
+    """Ctrl-C reaches the supervisor while it reaps a web process that the same Ctrl-C stopped:
+    its stop must not wait for (or signal) that pid again — waitpid() found no child and the
+    supervisor died with a traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", SUPERVISOR_STOPPED_AFTER_A_REAP], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "signalled True left {}" in done.stdout, done.stdout + done.stderr
+
+
 def test_stop_never_signals_a_supervisor_already_reaped() -> None:
     """Ctrl-C at a terminal reaches serve and its supervisor at once: the supervisor may exit and be
     reaped between stop()'s look at it and its signal. A reaped pid may be another process's by
