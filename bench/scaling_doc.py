@@ -132,6 +132,16 @@ HISTORY = [
         "against 870 buffers."
     ),
     "",
+    (
+        "Retention per queue (migration 0074: each day's table partitioned by queue, one part per retention "
+        "class). `python -m bench.retention_drop` (2026-11-27, private cluster, quiet box): two queues finish "
+        "1,000,000 events each on the same day, one keeping 1 day of history and the other 30; the pass two "
+        "days on drops the first queue's part of the day (1,000,000 events and their 1,000,000 timeline "
+        "entries) in 0.30 s, while a probe claiming and reading counters every 50 ms on a third queue waited "
+        "at most 0.053 s (its own 50 ms pause: no wait) with no error; the other queue's 1,000,000 events "
+        "stay, and the counters equal the rows left without a row being counted."
+    ),
+    "",
 ]
 
 
