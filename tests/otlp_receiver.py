@@ -48,7 +48,10 @@ class OtlpReceiver:
         with self.lock:
             return [s for s in self.spans if s.name == name]
 
-    def wait_named(self, name: str, count: int = 1, timeout: float = 20.0) -> list[ReceivedSpan]:
+    def wait_named(self, name: str, count: int = 1, timeout: float = 60.0) -> list[ReceivedSpan]:
+        # A deadline, not a pause: a retried attempt's span comes after the backoff, the worker's
+        # next claim and the exporter's batch; on a 2-core box running the suite in parallel that
+        # once took over 20 s.
         return wait_until(
             lambda: len(self.named(name)) >= count and self.named(name),
             timeout,
