@@ -190,8 +190,9 @@ BEGIN
         SELECT v_today + d FROM generate_series(0, p_days_ahead) AS d
         ORDER BY 1
     LOOP
-        v_created := v_created || tickler_add_history_day('tickler_event_history', v_day)
-                               || tickler_add_history_day('tickler_timeline', v_day);
+        -- the timeline's first: the order of a finish (it logs, then moves) and of the drops
+        v_created := v_created || tickler_add_history_day('tickler_timeline', v_day)
+                               || tickler_add_history_day('tickler_event_history', v_day);
     END LOOP;
     -- The parts days lack, never for a day being written: a row a writer routed to `_rest` just
     -- before a part for its queue is attached fails PostgreSQL's re-check of `_rest`'s bound
@@ -203,7 +204,7 @@ BEGIN
         SELECT p.name, p.day_from, p.day_to FROM tickler_history_partition AS p
         WHERE p.partitioned
           AND (p.day_from > v_now + interval '1 hour' OR (NOT p.settled AND p.day_to <= v_now - interval '1 hour'))
-        ORDER BY p.day_from, p.name
+        ORDER BY p.day_from, p.parent DESC  -- each day's timeline, then its history
     LOOP
         v_created := v_created || tickler_add_history_parts(v_part.name, v_part.day_from > v_now);
         UPDATE tickler_history_partition SET settled = true
@@ -291,7 +292,14 @@ $$;
 
 -- The days made ahead before this upgrade are whole-day partitions; those still empty are made
 -- again, by queue, by the pass below. (A day that holds rows stays as it is, and goes when every
--- queue allows, as before.)
+-- queue allows, as before.) First, in the order every pass and writer takes them: the pass's
+-- lock (a dispatcher's pass at work is waited for, and the pass below cannot find it taken and
+-- skip its work, which would leave the days dropped here unmade), then both tables whole, so that
+-- no writer of the previous release, running meanwhile, commits a row into a day between the
+-- look that finds it empty and its DROP (the writers wait, then route their rows to the days
+-- made below).
+SELECT pg_advisory_xact_lock(hashtext('tickler.history'));
+LOCK TABLE tickler_timeline, tickler_event_history IN ACCESS EXCLUSIVE MODE;
 DO $$
 DECLARE
     v_part record;

@@ -690,3 +690,48 @@ def test_upgrade_to_parts_by_retention_keeps_every_row_and_each_queues_retention
     finally:
         engine.dispose()
         pg.drop_database(admin_url, url)
+
+
+def test_upgrade_to_parts_by_retention_keeps_a_row_committed_while_it_runs(admin_url: str) -> None:
+    """0074 remakes today and the days ahead by queue when they are empty. A writer of the
+    previous release that has written a row into such a day, not yet committed, when the upgrade
+    looks: the upgrade waits for it, sees the row and keeps the day (a first version found the day
+    empty and dropped it with the row once the writer committed)."""
+    url = pg.create_database(admin_url, prefix="tickler_upgrade_retention_race")
+    migrate(url, through=RETENTION_PREVIOUS)
+    try:
+        with (
+            psycopg.connect(libpq_url(url), autocommit=True) as raw,
+            psycopg.connect(libpq_url(url)) as writer,
+        ):
+            raw.execute(
+                "INSERT INTO tickler_queue (name, delivery_mode, lease_seconds, max_attempts, backoff_initial_seconds,"
+                " backoff_max_seconds, backoff_multiplier) VALUES ('emails', 'pull', 30, 3, 1, 60, 2)"
+            )
+            writer.execute(
+                "INSERT INTO tickler_event_history (id, queue, item_key, schedule_on, enqueued_by, max_attempts,"
+                " dequeued_on, dequeued_by, outcome)"
+                " VALUES (1, 'emails', 'k', now(), 'app', 3, now(), 'w', 'delivered')"  # today: the first day looked at
+            )
+            outcome: dict[str, Any] = {}
+
+            def upgrade() -> None:
+                try:
+                    outcome["applied"] = [m.version for m in migrate(url)]
+                except Exception as error:  # reported below
+                    outcome["error"] = error
+
+            thread = threading.Thread(target=upgrade)
+            thread.start()
+            wait_until(
+                lambda: one_value(raw, "SELECT count(*) FROM pg_locks WHERE NOT granted") > 0,
+                what="the upgrade waiting for the writer",
+            )
+            writer.commit()
+            thread.join(timeout=120)
+            assert not thread.is_alive() and "error" not in outcome, outcome
+            assert 74 in outcome["applied"]
+            assert one_value(raw, "SELECT count(*) FROM tickler_event_history WHERE item_key = 'k'") == 1
+            assert one_value(raw, "SELECT sum(n) FROM tickler_queue_count WHERE queue = 'emails'") == 1
+    finally:
+        pg.drop_database(admin_url, url)
