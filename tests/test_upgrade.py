@@ -648,19 +648,42 @@ def test_upgrade_to_parts_by_retention_keeps_every_row_and_each_queues_retention
 
             for name, queue in queues.items():
                 deliver(queue, f"{name}-before", None)
+            # open (waiting, grouped), in flight, dead and cancelled events beside the delivered ones
+            keeps, brief = queues["keeps"], queues["brief"]
+            store.events.schedule(keeps, NewEvent(item_key="flying", data={}), actor="app")
+            [flying] = store.leases.claim(keeps, worker="w", limit=1)
+            for key, group in (("open", None), ("g1", "g"), ("g2", "g")):
+                event = NewEvent(item_key=key, data={"k": key}, group_key=group, delay_seconds=10 * 86400)
+                store.events.schedule(keeps, event, actor="app")
+            store.events.schedule(brief, NewEvent(item_key="dead", data={}), actor="app")
+            [dying] = store.leases.claim(brief, worker="w", limit=1)
+            store.leases.nack(dying.lease_id, error="boom", dead=True)
+            store.events.schedule(brief, NewEvent(item_key="cancelled", data={}, delay_seconds=60), actor="app")
+            store.events.cancel("brief", "cancelled", actor="app")
+            keys = [("keeps", k) for k in ("keeps-before", "flying", "open", "g1", "g2")] + [
+                ("brief", k) for k in ("brief-before", "dead", "cancelled")
+            ]
             day_ahead = f"tickler_event_history_{today + timedelta(days=2):%Y%m%d}"
             assert one_value(raw, f"SELECT relkind FROM pg_class WHERE relname = '{day_ahead}'") == "r"
 
             def state() -> dict[str, Any]:
                 return {
+                    "events": rows(raw, "tickler_event"),
+                    "leases": raw.execute("SELECT * FROM tickler_lease ORDER BY event_id").fetchall(),
                     "history": rows(raw, "tickler_event_history"),
                     "timeline": rows(raw, "tickler_timeline_all"),
-                    "counts": {name: store.queues.counts(name) for name in queues},
+                    "by_key": {key: store.events.get(*key) for key in keys},
+                    "timelines": {key: store.events.timeline(*key) for key in keys},
+                    "counts": {name: store.queues.counts(name, now=seen_at) for name in queues},
+                    "gauges": store.queues.gauges(None, now=seen_at),
                 }
 
+            seen_at = datetime.now(UTC)  # the one clock of both readings
             before = state()
             assert 74 in [m.version for m in migrate(url)]
             assert state() == before
+            store.leases.ack([flying.lease_id])  # the lease taken before the upgrade still finishes its event
+            assert store.events.get("keeps", "flying").status == "delivered"
             today_table = f"tickler_event_history_{today:%Y%m%d}"
             kinds = dict(
                 raw.execute(
@@ -682,10 +705,11 @@ def test_upgrade_to_parts_by_retention_keeps_every_row_and_each_queues_retention
                 deliver(queue, f"{name}-after", on_day_ahead)
             store.history.maintain(now=today + timedelta(days=4))
             kept = {row[0] for row in raw.execute("SELECT item_key FROM tickler_event_history")}
-            assert kept == {"keeps-before", "brief-before", "keeps-after"}
+            assert kept == {"keeps-before", "brief-before", "keeps-after", "flying", "dead", "cancelled"}
             assert store.queues.counts("brief")["delivered"] == 1
             store.history.maintain(now=today + timedelta(days=31))
             assert {row[0] for row in raw.execute("SELECT item_key FROM tickler_event_history")} == {"keeps-after"}
+            assert {row[0] for row in raw.execute("SELECT item_key FROM tickler_event")} == {"open", "g1", "g2"}
             assert store.queues.counts("keeps")["delivered"] == 1
     finally:
         engine.dispose()
