@@ -396,8 +396,9 @@ SELECT c.in_flight, c.due FROM tickler_live_counts(:queue, coalesce(CAST(:now AS
 SELECT pg_advisory_xact_lock(hashtext('tickler.history'));
 
 -- name: maintain_history
--- The history's maintenance pass (tickler_maintain_history, migration 0021): day partitions
--- created ahead, rows in the default partitions given their day, whole days past retention dropped.
+-- The history's maintenance pass (tickler_maintain_history, migrations 0021 and 0074): day
+-- partitions created ahead with a part per retention class, rows in the default partitions given
+-- their day, the parts of days past their queues' retention dropped.
 SELECT m.created, m.dropped
 FROM tickler_maintain_history(CAST(:now AS timestamptz), CAST(:days_ahead AS integer)) AS m;
 
