@@ -151,6 +151,14 @@ def unavailable_reason(error: BaseException) -> str | None:
     return None
 
 
+def driver_error(
+    error: psycopg.Error, statement: str, params: Mapping[str, Any], *, invalidated: bool = False
+) -> sa.exc.DBAPIError:
+    """A driver error as SQLAlchemy's (OperationalError, IntegrityError, ...), as any statement
+    run through SQLAlchemy raises it: what the API's error handlers and unavailable_reason read."""
+    return sa.exc.DBAPIError.instance(statement, dict(params), error, psycopg.Error, connection_invalidated=invalidated)
+
+
 @contextmanager
 def driver_connection(
     engine: sa.Engine, statement: str, params: Mapping[str, Any], *, autocommit: bool = False
@@ -160,8 +168,13 @@ def driver_connection(
     `autocommit`, each statement its own: one round trip). A driver error comes out as
     SQLAlchemy's (IntegrityError, OperationalError, ...) for `statement` and `params`, as from any
     other statement, after the transaction is rolled back; a connection that broke is dropped
-    from the pool."""
-    fairy = engine.raw_connection()
+    from the pool. So does a connection the server refuses to open (too many clients, starting
+    up, unreachable): the pool opens connections with the driver, outside SQLAlchemy's
+    translation of the statements it runs."""
+    try:
+        fairy = engine.raw_connection()
+    except psycopg.Error as error:
+        raise driver_error(error, statement, params) from error
     try:
         conn: psycopg.Connection[Any] = fairy.driver_connection  # type: ignore[assignment]
         try:
@@ -187,9 +200,7 @@ def driver_connection(
                     broken = True
             if broken:
                 fairy.invalidate(error)
-            raise sa.exc.DBAPIError.instance(
-                statement, dict(params), error, psycopg.Error, connection_invalidated=broken
-            ) from error
+            raise driver_error(error, statement, params, invalidated=broken) from error
     finally:
         fairy.close()
 
