@@ -31,7 +31,7 @@ def readyz() -> Response:
     except MigrationError as error:
         return problem(503, "Not ready", str(error))
     if pending:
-        names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+        names = ", ".join(m.label for m in pending)
         return problem(503, "Not ready", f"Migrations not applied yet: {names}.")
     if refuses is not None:
         return problem(503, "Not ready", f"The database refuses writes ({refuses}): reads work, writes answer 503.")

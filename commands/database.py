@@ -31,7 +31,7 @@ def _check_migrated(conn: psycopg.Connection) -> None:
     except MigrationError as error:
         raise NoDatabase(str(error)) from None
     if pending:
-        names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+        names = ", ".join(m.label for m in pending)
         raise NoDatabase(f"the database is not migrated yet ({names}); run `tickler migrate` first")
 
 

@@ -1,162 +1,133 @@
-"""The schema itself refuses what must never be: two open events per key, impossible states,
-rewritten history. These use raw SQL, as a buggy worker or a careless operator would."""
+"""One current home for the database: a database made from scheduler/database/ (schema.sql and
+the code files) equals one brought there by every numbered migration, and each function, trigger
+and view is defined once, in the code files."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
-import psycopg.errors
 import pytest
 
+from tests import pg
 from tickler.scheduler.db import libpq_url
+from tickler.scheduler.migrate import CODE_FILES, available_migrations, migrate
+
+ROOT = Path(__file__).resolve().parent.parent
+DATABASE = ROOT / "scheduler" / "database"
+# The numbered steps from here on move tables and data only.
+FIRST_STEP_WITHOUT_CODE = 75
+
+# Everything of the schema that code reads or relies on, in comparable text. Partitions of a day
+# are left out (maintenance makes them, by date); so are the `_upgraded` partitions, which hold an
+# upgraded database's rows from before history was partitioned and which a new database never had.
+_OBJECTS = {
+    "column": """
+        SELECT c.relname || '.' || a.attname, format_type(a.atttypid, a.atttypmod)
+               || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
+               || coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '')
+               || coalesce(' COLLATE ' || nullif(co.collname, 'default'), '')
+               || CASE WHEN a.attidentity <> '' THEN ' IDENTITY ' || a.attidentity::text ELSE '' END
+               || ' #' || a.attnum
+        FROM pg_attribute AS a
+        JOIN pg_class AS c ON c.oid = a.attrelid
+        LEFT JOIN pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        LEFT JOIN pg_collation AS co ON co.oid = a.attcollation
+        WHERE c.oid = ANY(%(relations)s) AND a.attnum > 0 AND NOT a.attisdropped""",
+    "relation": """
+        SELECT c.relname, c.relkind::text || ' ' || coalesce(array_to_string(c.reloptions, ','), '')
+               || coalesce(' ' || pg_get_partkeydef(c.oid), '')
+               || coalesce(' ' || pg_get_expr(c.relpartbound, c.oid), '')
+        FROM pg_class AS c WHERE c.oid = ANY(%(relations)s)""",
+    "constraint": """
+        SELECT c.relname || '.' || k.conname, pg_get_constraintdef(k.oid)
+        FROM pg_constraint AS k JOIN pg_class AS c ON c.oid = k.conrelid
+        WHERE c.oid = ANY(%(relations)s)""",
+    "index": """
+        SELECT i.relname, pg_get_indexdef(i.oid)
+        FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid
+        WHERE x.indrelid = ANY(%(relations)s)""",
+    "view": """
+        SELECT c.relname, pg_get_viewdef(c.oid) FROM pg_class AS c
+        WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'v'""",
+    "function": """
+        SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')', pg_get_functiondef(p.oid)
+        FROM pg_proc AS p WHERE p.pronamespace = 'public'::regnamespace""",
+    "trigger": """
+        SELECT t.tgname || ' ON ' || c.relname, pg_get_triggerdef(t.oid)
+        FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid
+        WHERE c.oid = ANY(%(relations)s) AND NOT t.tgisinternal""",
+    "type": """
+        SELECT t.typname, string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
+        FROM pg_type AS t JOIN pg_class AS c ON c.oid = t.typrelid JOIN pg_attribute AS a ON a.attrelid = c.oid
+        WHERE t.typnamespace = 'public'::regnamespace AND c.relkind = 'c' GROUP BY t.typname""",
+}
+
+_RELATIONS = r"""
+    SELECT array_agg(c.oid) FROM pg_class AS c
+    WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+      AND c.relname !~ '_\d{8}(_|$)' AND c.relname !~ '_upgraded$'
+      AND c.relname NOT IN ('tickler_migration', 'tickler_code_file')"""
+
+
+def snapshot(url: str) -> dict[str, dict[str, Any]]:
+    with psycopg.connect(libpq_url(url)) as conn:
+        relations = conn.execute(_RELATIONS).fetchone()[0]  # type: ignore[index]
+        return {
+            kind: dict(conn.execute(query, {"relations": relations}).fetchall()) for kind, query in _OBJECTS.items()
+        }
 
 
 @pytest.fixture
-def conn(database_url: str, raw: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
-    raw.execute(
-        "INSERT INTO tickler_queue (name, delivery_mode, lease_seconds, max_attempts, backoff_initial_seconds,"
-        " backoff_max_seconds, backoff_multiplier) VALUES ('emails', 'pull', 30, 10, 1, 60, 2)"
-    )
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
-        yield conn
+def two_databases(admin_url: str) -> Iterator[tuple[str, ...]]:
+    urls = tuple(pg.create_database(admin_url, prefix=prefix) for prefix in ("tickler_schema", "tickler_steps"))
+    yield urls
+    for url in urls:
+        pg.drop_database(admin_url, url)
 
 
-def _insert(conn: psycopg.Connection[Any], item_key: str = "k", **columns: Any) -> int:
-    values = {
-        "queue": "emails",
-        "item_key": item_key,
-        "schedule_on": "2030-01-01T00:00:00Z",
-        "enqueued_by": "t",
-        "max_attempts": 3,
-        **columns,
-    }
-    names = ", ".join(values)
-    marks = ", ".join(["%s"] * len(values))
-    row = conn.execute(f"INSERT INTO tickler_event ({names}) VALUES ({marks}) RETURNING id", list(values.values()))
-    found = row.fetchone()
-    assert found is not None
-    return int(found[0])
+def test_a_new_database_equals_one_brought_there_by_every_migration(two_databases: tuple[str, ...]) -> None:
+    from_schema, from_steps = two_databases
+    migrate(from_schema)
+    newest = available_migrations()[-1].version
+    migrate(from_steps, through=newest)  # every numbered step, one by one, as an upgrade runs them
+    migrate(from_steps)  # then the code files
+    new, upgraded = snapshot(from_schema), snapshot(from_steps)
+    for kind in _OBJECTS:
+        assert new[kind], f"no {kind} found"
+        only_new = {k: v for k, v in new[kind].items() if upgraded[kind].get(k) != v}
+        only_upgraded = {k: v for k, v in upgraded[kind].items() if new[kind].get(k) != v}
+        assert only_new == only_upgraded == {}, f"{kind}s differ"
 
 
-def test_second_open_event_for_a_key_is_refused(conn: psycopg.Connection[Any]) -> None:
-    _insert(conn)
-    with pytest.raises(psycopg.errors.UniqueViolation) as refused:
-        _insert(conn)
-    assert refused.value.diag.constraint_name == "tickler_event_open_key"
-    _insert(conn, "other")  # another key is fine
-
-
-def test_a_finished_event_frees_its_key(conn: psycopg.Connection[Any]) -> None:
-    first = _insert(conn)
-    conn.execute(
-        "UPDATE tickler_event SET dequeued_on = now(), dequeued_by = 't', outcome = 'delivered' WHERE id = %s", [first]
-    )
-    second = _insert(conn)
-    assert second != first
-    with pytest.raises(psycopg.errors.UniqueViolation):
-        _insert(conn)
-    # The finished one left the open events for the history, in the statement that finished it.
-    assert conn.execute("SELECT count(*) FROM tickler_event WHERE id = %s", [first]).fetchone() == (0,)
-    moved = conn.execute("SELECT outcome FROM tickler_event_history WHERE id = %s", [first]).fetchone()
-    assert moved == ("delivered",)
-    # Reopening the finished one (as a retry does) would make two open events: refused as well.
-    with pytest.raises(psycopg.errors.UniqueViolation):
-        conn.execute(
-            "INSERT INTO tickler_event (id, queue, item_key, schedule_on, enqueued_by, max_attempts) "
-            "OVERRIDING SYSTEM VALUE SELECT id, queue, item_key, schedule_on, enqueued_by, max_attempts "
-            "FROM tickler_event_history WHERE id = %s",
-            [first],
-        )
-
-
-IMPOSSIBLE = [
-    ("dequeued_by without dequeued_on", {"dequeued_by": "t"}, "finished_has_actor"),
-    (
-        "dequeued_on without dequeued_by",
-        {"dequeued_on": "2030-01-01T00:00:00Z", "outcome": "delivered"},
-        "finished_has_actor",
-    ),
-    ("outcome without dequeued_on", {"outcome": "delivered"}, "finished_has_outcome"),
-    (
-        "dequeued_on without outcome",
-        {"dequeued_on": "2030-01-01T00:00:00Z", "dequeued_by": "t"},
-        "finished_has_outcome",
-    ),
-    (
-        "unknown outcome",
-        {"dequeued_on": "2030-01-01T00:00:00Z", "dequeued_by": "t", "outcome": "lost"},
-        "outcome_known",
-    ),
-    ("negative redeliver_count", {"redeliver_count": -1}, "redeliver_count_not_negative"),
-    (
-        "lease_id without expiry",
-        {"claimed_on": "2030-01-01T00:00:00Z", "claimed_by": "w", "lease_id": "00000000-0000-0000-0000-000000000001"},
-        "lease_has_expiry",
-    ),
-    (
-        "expiry without lease_id",
-        {"claimed_on": "2030-01-01T00:00:00Z", "claimed_by": "w", "lease_expires_on": "2030-01-01T00:00:00Z"},
-        "lease_has_expiry",
-    ),
-    (
-        "lease without claim",
-        {"lease_id": "00000000-0000-0000-0000-000000000001", "lease_expires_on": "2030-01-01T00:00:00Z"},
-        "lease_has_claim",
-    ),
-    ("claimed_on without claimed_by", {"claimed_on": "2030-01-01T00:00:00Z"}, "claim_has_claimer"),
-    ("max_attempts 0", {"max_attempts": 0}, "max_attempts_positive"),
-    ("version 0", {"version": 0}, "version_positive"),
-    ("data an array", {"data": "[]"}, "data_is_object"),
-]
-
-
-@pytest.mark.parametrize(
-    ("columns", "constraint"), [(c, n) for _, c, n in IMPOSSIBLE], ids=[i for i, _, _ in IMPOSSIBLE]
+_DEFINITION = re.compile(
+    r"^CREATE (?:OR REPLACE )?(FUNCTION|TRIGGER|VIEW) (\w+)\s*(\([^)]*\))?", re.MULTILINE | re.IGNORECASE
 )
-def test_impossible_states_are_refused(conn: psycopg.Connection[Any], columns: dict[str, Any], constraint: str) -> None:
-    with pytest.raises(psycopg.errors.CheckViolation) as refused:
-        _insert(conn, **columns)
-    assert refused.value.diag.constraint_name == constraint
 
 
-@pytest.mark.parametrize("item_key", ["", "a/b", "k" * 256])
-def test_bad_keys_are_refused_by_the_schema(conn: psycopg.Connection[Any], item_key: str) -> None:
-    with pytest.raises(psycopg.errors.CheckViolation) as refused:
-        _insert(conn, item_key)
-    assert refused.value.diag.constraint_name == "item_key_syntax"
+def _definitions(path: Path) -> list[tuple[str, str, int]]:
+    """(kind, name, number of arguments) of each function, trigger and view a file defines."""
+    found = []
+    for kind, name, arguments in _DEFINITION.findall(path.read_text()):
+        count = 0 if not arguments or arguments == "()" else arguments.count(",") + 1
+        found.append((kind.upper(), name, count if kind.upper() == "FUNCTION" else 0))
+    return found
 
 
-def test_impossible_updates_are_refused(conn: psycopg.Connection[Any]) -> None:
-    event = _insert(conn)
-    for assignment in (
-        "dequeued_by = 'x'",
-        "outcome = 'dead'",
-        "redeliver_count = -1",
-        "claimed_on = now(), claimed_by = 'w', lease_id = gen_random_uuid()",
-    ):
-        with pytest.raises(psycopg.errors.CheckViolation):
-            conn.execute(f"UPDATE tickler_event SET {assignment} WHERE id = %s", [event])
+def test_every_function_trigger_and_view_is_defined_once_in_the_code_files() -> None:
+    everywhere = [d for name in CODE_FILES for d in _definitions(DATABASE / name)]
+    assert len(everywhere) == len(set(everywhere)), sorted(d for d in everywhere if everywhere.count(d) > 1)
+    assert _definitions(DATABASE / "schema.sql") == []
+    sql_files = {p.name for p in DATABASE.glob("*.sql")}
+    assert sql_files == {*CODE_FILES, "schema.sql"}, "a code file that migrate does not apply"
 
 
-def test_timeline_is_append_only(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(
-        "INSERT INTO tickler_timeline (queue, item_key, event_id, action, actor)"
-        " VALUES ('emails', 'k', 1, 'enqueued', 't')"
-    )
-    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
-        conn.execute("UPDATE tickler_timeline SET actor = 'mallory'")
-    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
-        conn.execute("DELETE FROM tickler_timeline")
-    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
-        conn.execute("TRUNCATE tickler_timeline")
-    assert conn.execute("SELECT actor FROM tickler_timeline").fetchall() == [("t",)]
-
-
-def test_timeline_refuses_unknown_actions(conn: psycopg.Connection[Any]) -> None:
-    with pytest.raises(psycopg.errors.CheckViolation):
-        conn.execute(
-            "INSERT INTO tickler_timeline (queue, item_key, event_id, action, actor)"
-            " VALUES ('emails', 'k', 1, 'x', 't')"
-        )
+def test_numbered_migrations_from_now_on_move_tables_and_data_only() -> None:
+    for migration in available_migrations():
+        if migration.version >= FIRST_STEP_WITHOUT_CODE:
+            assert not re.search(r"CREATE (OR REPLACE )?(FUNCTION|TRIGGER|VIEW)", migration.sql, re.IGNORECASE), (
+                f"{migration.label} defines code: it belongs in scheduler/database/, edited in place"
+            )

@@ -343,12 +343,16 @@ def test_an_upgrade_keeps_the_timeline_and_its_writers_write_on(admin_url: str) 
 
 
 def test_no_statement_of_the_code_inserts_into_the_timeline() -> None:
-    """Only tickler_timeline_write() (a migration) inserts: no statement of the application does."""
+    """Only tickler_timeline_write() (scheduler/database/history.sql) inserts: no statement of the
+    application does (the database's functions are checked below, in the migrated database)."""
     offenders = [
         str(path.relative_to(ROOT))
         for folder in ("scheduler", "api", "commands", "pipeline", "tickler", "config")
         for path in sorted((ROOT / folder).rglob("*"))
-        if path.suffix in (".sql", ".py") and path.is_file() and INSERT.search(path.read_text(encoding="utf-8"))
+        if path.suffix in (".sql", ".py")
+        and path.is_file()
+        and path.parent != ROOT / "scheduler" / "database"
+        and INSERT.search(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
 

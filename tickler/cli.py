@@ -193,7 +193,7 @@ def _migrate(settings: Settings) -> int:
     applied = migrate(resolve_database_url(settings.database_url, settings.data_dir))
     if applied:
         print(
-            f"applied {len(applied)} migration(s), up to {applied[-1].version:04d}_{applied[-1].name}", file=sys.stderr
+            f"applied {len(applied)} migration(s), up to {applied[-1].label}", file=sys.stderr
         )
     else:
         print("applied 0 migration(s): the database is up to date", file=sys.stderr)
