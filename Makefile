@@ -48,10 +48,10 @@ test-quick: install ## the inner loop: the suite without Spark and the browser (
 lint: install ## ruff (lint and formatting) and the layer contracts (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python scripts/lint_imports.py
+	$(BIN)/lint-imports
 
 typecheck: install ## mypy --strict over the service code and the Python client
-	$(BIN)/python scripts/typecheck.py
+	$(BIN)/mypy .
 
 bench: $(VENV)/.installed-bench ## install the peer (pgqueuer) and servers, run every benchmark scenario on a private PostgreSQL cluster and rewrite docs/benchmarks.md (long)
 	$(BIN)/python -m bench

@@ -1,10 +1,11 @@
 """The distribution installs one import package, `tickler`, so that a program embedding the worker
-(SPEC §5) keeps its own `config`, `api` or `cli`; the repository keeps its top-level folders, mapped
-to `tickler.*` by pyproject.toml's package-dir (no links: each file has one module name)."""
+(SPEC §5) keeps its own `config`, `api` or `cli`; the repository keeps its top-level folders, which
+tickler/ reaches by relative links (tickler/scheduler -> ../scheduler): each file has one module
+name, `tickler.scheduler.rules`, for Python and for the static tools alike."""
 
 from __future__ import annotations
 
-import importlib.util
+import ast
 import json
 import os
 import re
@@ -12,23 +13,45 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tomllib
 import zipfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from tickler.pipeline import ship
 
 ROOT = Path(__file__).resolve().parent.parent
-SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-# The package's folders: {"tickler": "tickler", "tickler.scheduler": "scheduler", ...}.
-PACKAGE_DIR: dict[str, str] = SETUPTOOLS["package-dir"]
-# What the wheel is built from: the project's metadata and the package's folders.
-SOURCES = ("pyproject.toml", "README.md", *PACKAGE_DIR.values())
+# The top-level folders that are tickler's subpackages, each linked from tickler/.
+FOLDERS = ("scheduler", "api", "commands", "config", "migrations", "pipeline")
+# The names a module of the repository was once imported by (`scheduler.rules`, `cli`).
+BARE_NAMES = {*FOLDERS, "cli", "wsgi"}
+# What the wheel is built from: the project's metadata, tickler/ and the folders its links reach.
+SOURCES = ("pyproject.toml", "README.md", "tickler", *FOLDERS)
 # What the Makefile installs with (`$(PIP)`): its environment, such as the warning it silences.
 MAKE_PIP = re.search(r"^PIP\s*:=\s*(.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+
+
+def package_files() -> dict[str, Path]:
+    """Every file of the package, by its path in a wheel: {"tickler/scheduler/rules.py": ..., ...}."""
+    found = {}
+    for folder, dirs, names in os.walk(ROOT / "tickler", followlinks=True):
+        dirs[:] = [name for name in dirs if name != "__pycache__"]
+        for name in names:
+            path = Path(folder, name)
+            found[path.relative_to(ROOT).as_posix()] = path
+    return found
+
+
+def copy_sources(destination: Path) -> None:
+    """The sources of a build, links kept as links (tickler/scheduler -> ../scheduler)."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__")
+            shutil.copytree(ROOT / name, destination / name, symlinks=True, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, destination / name)
+
 
 # A program with packages of its own named as tickler's folders are, which runs a worker.
 EMBEDDER = """
@@ -73,57 +96,22 @@ print(json.dumps({
 """
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tickler_imports", ROOT / "scripts" / "tickler_imports.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_no_module_of_the_repository_uses_the_old_names() -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "tickler_imports.py"), "--check"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout
-
-
-def test_the_rewrite_moves_imports_and_module_strings_once_and_nothing_else() -> None:
-    script = _script()
-    before = (
-        "import commands as ops\n"
-        "import config\n"
-        "from scheduler.store import Store\n"
-        "    from api import create_app\n"
-        'run([sys.executable, "-m", "cli", "worker"])\n'
-        'gunicorn("wsgi:app")\n'
-        'resources.files("scheduler.store")\n'
-        'environ["wsgi.input"]\n'
-        "from schedulers import x\n"
-        "from tests.helpers import schedule\n"
-    )
-    after = script.rewrite_python(before)
-    assert after == (
-        "from tickler import commands as ops\n"
-        "from tickler import config\n"
-        "from tickler.scheduler.store import Store\n"
-        "    from tickler.api import create_app\n"
-        'run([sys.executable, "-m", "tickler.cli", "worker"])\n'
-        'gunicorn("tickler.wsgi:app")\n'
-        'resources.files("tickler.scheduler.store")\n'
-        'environ["wsgi.input"]\n'
-        "from schedulers import x\n"
-        "from tests.helpers import schedule\n"
-    )
-    assert script.rewrite_python(after) == after
-    doc = "Run `python -m cli serve`; `scheduler.rules` checks keys; `gunicorn wsgi:app`; see `cli.py`;"
-    doc += " `from api import x`."
-    assert script.rewrite_doc(doc) == (
-        "Run `python -m tickler.cli serve`; `tickler.scheduler.rules` checks keys; `gunicorn tickler.wsgi:app`;"
-        " see `cli.py`; `from tickler.api import x`."
-    )
-    assert script.rewrite_doc(script.rewrite_doc(doc)) == script.rewrite_doc(doc)
+def test_no_module_of_the_package_imports_a_folder_by_its_bare_name() -> None:
+    """`from tickler.scheduler.rules import x`, never `from scheduler.rules import x`: a bare name
+    works only from the repository's root, and would load the file a second time under it."""
+    bare = []
+    for name, path in package_files().items():
+        if not name.endswith(".py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), name)):
+            if isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                imported = [node.module or ""]
+            else:
+                continue
+            bare += [f"{name}:{node.lineno} {module}" for module in imported if module.split(".")[0] in BARE_NAMES]
+    assert bare == []
 
 
 def test_the_spark_code_zip_holds_the_tickler_package(tmp_path: Path) -> None:
@@ -141,12 +129,7 @@ def test_the_spark_code_zip_holds_the_tickler_package(tmp_path: Path) -> None:
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel, built from a copy of the sources (a build writes build/ and *.egg-info beside them)."""
     source = tmp_path_factory.mktemp("source")
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            ignore = shutil.ignore_patterns("__pycache__")
-            shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=ignore)
-        else:
-            shutil.copy2(ROOT / name, source / name)
+    copy_sources(source)
     out = tmp_path_factory.mktemp("wheel")
     # No build environment to download: the dev extra installs setuptools beside pip.
     subprocess.run(
@@ -162,15 +145,17 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert {name.split("/")[0] for name in names} == {"tickler", "tickler-0.1.0.dist-info"}
-    # Every file of the package's folders: a new SQL file or template ships too.
-    sources = {
-        "/".join((*package.split("."), path.relative_to(ROOT / folder).as_posix()))
-        for package, folder in PACKAGE_DIR.items()
-        for path in (ROOT / folder).rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
-    }
-    assert "tickler/api/ui/templates/ui/base.html" in sources and "tickler/scheduler/rules.py" in sources
+    # Every file under tickler/, its links followed: a new subpackage, SQL file or template ships too.
+    sources = set(package_files())
+    assert {
+        "tickler/api/ui/templates/ui/base.html",
+        "tickler/scheduler/rules.py",
+        "tickler/scheduler/database/__init__.py",
+        "tickler/scheduler/database/schema.sql",
+    } <= sources
     assert sources - set(names) == set()
+    # Files, not links: the wheel holds the folders' contents under tickler/.
+    assert not any(zipfile.ZipFile(wheel).getinfo(name).external_attr >> 28 == 0o12 for name in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "tickler = tickler.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -210,27 +195,39 @@ def test_a_program_with_its_own_config_and_api_embeds_the_installed_worker(
     assert command.returncode == 0 and "worker" in command.stdout, command.stderr
 
 
-def test_every_subpackage_of_the_folders_is_listed_for_setuptools() -> None:
-    """`packages` in pyproject.toml names each folder holding an `__init__.py` (a subpackage left
-    out would be missing from the wheel, and found only in a checkout)."""
-    found = {
-        ".".join((package, *init.parent.relative_to(ROOT / folder).parts))
-        for package, folder in PACKAGE_DIR.items()
-        for init in (ROOT / folder).rglob("__init__.py")
-    }
-    assert found - set(SETUPTOOLS["packages"]) == set()
-
-
-def test_the_repository_holds_no_symbolic_links() -> None:
-    """A checkout without symbolic links (Windows' default) is the same checkout."""
+def test_tickler_reaches_each_top_level_folder_by_one_relative_link() -> None:
+    """tickler/ holds cli.py, wsgi.py and one link for each folder (the folders stay where they
+    are); git keeps the links as links, so a checkout needs them: on Windows, `git clone -c
+    core.symlinks=true` (with Developer Mode), or the links are written as text files."""
     listed = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True)
-    links = [line.split("\t")[-1] for line in listed.stdout.splitlines() if line.startswith("120000 ")]
-    assert links == []
-    assert sorted(p.name for p in (ROOT / "tickler").iterdir() if p.name != "__pycache__") == [
-        "__init__.py",
-        "cli.py",
-        "wsgi.py",
-    ]
+    links = sorted(line.split("\t")[-1] for line in listed.stdout.splitlines() if line.startswith("120000 "))
+    assert links == sorted(f"tickler/{folder}" for folder in FOLDERS)
+    assert sorted(p.name for p in (ROOT / "tickler").iterdir() if p.name != "__pycache__") == sorted(
+        ["__init__.py", "cli.py", "wsgi.py", *FOLDERS]
+    )
+    for folder in FOLDERS:
+        link = ROOT / "tickler" / folder
+        assert link.is_symlink(), f"{link} is not a link: check out with symbolic links"
+        assert os.readlink(link) == f"../{folder}"
+        assert (ROOT / folder).is_dir() and not (ROOT / folder).is_symlink()
+
+
+@pytest.mark.slow
+def test_the_layer_contracts_hold_and_an_import_against_them_breaks_them(tmp_path: Path) -> None:
+    """Bare `lint-imports` (as `make lint` runs it) reads the package through tickler/'s links."""
+    lint_imports = [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
+    kept = subprocess.run(lint_imports, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert kept.returncode == 0, kept.stdout[-3000:] + kept.stderr[-3000:]
+    assert "Contracts: 3 kept, 0 broken." in kept.stdout
+
+    copy_sources(tmp_path)
+    with (tmp_path / "scheduler" / "__init__.py").open("a") as engine:
+        engine.write("\nimport tickler.api.problems  # noqa: E402\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # this copy's tickler, not the installed one
+    broken = subprocess.run(lint_imports, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert broken.returncode == 1, broken.stdout[-3000:] + broken.stderr[-3000:]
+    assert "The engine knows nothing of HTTP, the pipeline or validation libraries BROKEN" in broken.stdout
+    assert "tickler.scheduler -> tickler.api.problems" in broken.stdout
 
 
 # Imports every module of the package (but the WSGI entry, which builds the app and so needs a
@@ -238,10 +235,17 @@ def test_the_repository_holds_no_symbolic_links() -> None:
 # api/, ... are importable by their bare names there), then lists each file loaded under two names.
 IMPORT_ALL = """
 import importlib, json, os, sys
-sys.path.insert(0, sys.argv[1])  # scripts/, for the (module, file) pairs
-from layout import modules
-ours = {os.path.realpath(path) for _, path in modules()}
-names = [name for name, _ in modules() if name != "tickler.wsgi"]
+package = sys.argv[1]  # tickler/, its links followed
+modules = []
+for folder, dirs, files in os.walk(package, followlinks=True):
+    dirs[:] = [name for name in dirs if name != "__pycache__"]
+    parts = os.path.relpath(folder, os.path.dirname(package)).split(os.sep)
+    for file in files:
+        if file.endswith(".py"):
+            stem = file[:-3]
+            modules.append((".".join(parts if stem == "__init__" else [*parts, stem]), os.path.join(folder, file)))
+ours = {os.path.realpath(path) for _, path in modules}
+names = [name for name, _ in modules if name != "tickler.wsgi"]
 for name in names:
     importlib.import_module(name)
 by_file = {}
@@ -262,7 +266,7 @@ print(json.dumps({
 @pytest.mark.slow
 def test_importing_every_module_loads_each_file_under_one_name() -> None:
     done = subprocess.run(
-        [sys.executable, "-c", IMPORT_ALL, str(ROOT / "scripts")],
+        [sys.executable, "-c", IMPORT_ALL, str(ROOT / "tickler")],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -273,7 +277,7 @@ def test_importing_every_module_loads_each_file_under_one_name() -> None:
     assert result["imported"] > 100
     assert result["twice"] == {}
     assert result["bare"] == []
-    # The tree on disk is the tree imported: tickler.scheduler.rules is scheduler/rules.py itself.
+    # One file, one module: tickler.scheduler.rules is scheduler/rules.py itself, through the link.
     assert result["files"]["tickler.scheduler.rules"] == str(ROOT / "scheduler" / "rules.py")
     assert result["files"]["tickler.cli"] == str(ROOT / "tickler" / "cli.py")
 
@@ -281,14 +285,10 @@ def test_importing_every_module_loads_each_file_under_one_name() -> None:
 @pytest.mark.slow
 def test_an_editable_install_maps_the_folders_and_warns_of_nothing(tmp_path: Path) -> None:
     """`pip install -e .` as the Makefile runs it (make install, make serve): no "folders with the
-    same name" notice, and the installed `tickler.scheduler` is the checkout's scheduler/ folder."""
+    same name" notice, and the installed `tickler.scheduler` is the checkout's scheduler/ folder,
+    reached through tickler/scheduler."""
     source = tmp_path / "source"
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            source.mkdir(exist_ok=True)
-            shutil.copy2(ROOT / name, source / name)
+    copy_sources(source)
     env_dir = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
     python = env_dir / "bin" / "python"
@@ -309,4 +309,9 @@ def test_an_editable_install_maps_the_folders_and_warns_of_nothing(tmp_path: Pat
     assert "same name" not in done.stderr and "Editable installation" not in done.stderr, done.stderr[-3000:]
     probe = "import tickler.scheduler.rules as r, tickler.api.ui as u; print(r.__file__); print(u.__file__)"
     found = subprocess.run([str(python), "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True)
-    assert found.stdout.split() == [str(source / "scheduler" / "rules.py"), str(source / "api" / "ui" / "__init__.py")]
+    rules, ui = found.stdout.split()
+    assert (rules, ui) == (
+        str(source / "tickler" / "scheduler" / "rules.py"),
+        str(source / "tickler" / "api" / "ui" / "__init__.py"),
+    )
+    assert Path(rules).resolve() == (source / "scheduler" / "rules.py").resolve()
