@@ -1,1 +1,1 @@
-"""tickler's benchmark harness: every scenario of issue 4 beside a plain-psycopg baseline."""
+"""tickler's benchmark harness: each scenario beside a plain-psycopg baseline in the same run (`python -m bench`)."""

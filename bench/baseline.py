@@ -50,6 +50,11 @@ SELECT %s, item_key, group_key, now() + make_interval(secs => delay), data FROM 
 ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO NOTHING
 """
 
+# A key's open job takes the new time, group and data (what replace and debounce do).
+UPDATE_ON_CONFLICT = (
+    "DO UPDATE SET schedule_on = EXCLUDED.schedule_on, group_key = EXCLUDED.group_key, data = EXCLUDED.data"
+)
+
 CLAIM = """
 UPDATE bench_job SET claimed_on = now(), claimed_by = %s, lease_id = gen_random_uuid()
 WHERE id IN (
@@ -116,19 +121,21 @@ def insert_copy(
     keys: Sequence[str],
     *,
     delay: float = 0.0,
-    groups: Sequence[str] | None = None,
+    groups: Sequence[str | None] | None = None,
+    update: bool = False,
 ) -> None:
-    """COPY into a temporary table, then one INSERT ... ON CONFLICT: the fastest enqueue we know."""
+    """COPY into a temporary table, then one INSERT ... ON CONFLICT: the fastest enqueue we know.
+    An open job of a key is left alone, or with `update` takes the new time, group and data."""
     buffer = io.StringIO()
     for index, key in enumerate(keys):
-        group = groups[index] if groups else "\\N"
+        group = (groups[index] if groups else None) or "\\N"
         buffer.write(f'{key}\t{group}\t{delay}\t{{"n": "{key}"}}\n')
     with conn.transaction():
         conn.execute(STAGE)
         conn.execute("TRUNCATE bench_stage")
         with conn.cursor().copy("COPY bench_stage FROM STDIN") as copy:
             copy.write(buffer.getvalue())
-        conn.execute(MERGE_STAGE, (queue,))
+        conn.execute(MERGE_STAGE.replace("DO NOTHING", UPDATE_ON_CONFLICT) if update else MERGE_STAGE, (queue,))
 
 
 def claim(conn: psycopg.Connection, queue: str, worker: str, limit: int) -> list[tuple[object, ...]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from bench import baseline
 from bench.drain import baseline_fill, tickler_rate
-from bench.harness import QUEUE, Context, Row, make_queue, median, say
-from bench.procs import WorkerSpec, run_baseline_workers, tickler_workers
+from bench.harness import QUEUE, Context, Row, make_queue
+from bench.procs import WorkerSpec, baseline_drain, tickler_workers
 
 TARGET = 0.6
 WORKERS = 2
@@ -25,9 +25,5 @@ def run(ctx: Context) -> list[Row]:
         base_runs = []
         for _ in range(ctx.repeats):
             baseline_fill(url, n, groups=groups)
-            base_runs.append(n / run_baseline_workers(url, QUEUE, workers=WORKERS, batch=BATCH, group=True))
-    t, b = median(tickler_runs), median(base_runs)
-    say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({tickler_runs} / {base_runs})")
-    return [
-        Row(name, t, b, "events/s", "≥ 60% of baseline", t >= TARGET * b, runs=tickler_runs, baseline_runs=base_runs)
-    ]
+            base_runs.append(n / baseline_drain(url, QUEUE, workers=WORKERS, batch=BATCH, group=True)[0])
+    return [Row.throughput(name, tickler_runs, base_runs, "≥ 60% of baseline", TARGET, cpu={})]

@@ -29,7 +29,7 @@ QUEUE = "bench"
 
 @dataclass
 class Row:
-    """One line of the results table. `higher_is_better` tells how to read the ratio."""
+    """One line of a results table: tickler's median beside the baseline's (and the peer's), same unit."""
 
     scenario: str
     tickler: float | None
@@ -56,6 +56,25 @@ class Row:
         return asdict(self)
 
     @classmethod
+    def measured(
+        cls,
+        name: str,
+        runs: list[float],
+        baseline_runs: list[float],
+        *,
+        unit: str = "events/s",
+        target: str = "-",
+        met: Callable[[float, float | None], bool] | None = None,
+        cpu: dict[str, list[float]] | None = None,
+    ) -> Row:
+        """A row of repeated measurements: the medians of both sides; `met(tickler, baseline)` says
+        whether the target holds (None: the row states a figure, no target)."""
+        t, b = median(runs), median(baseline_runs) if baseline_runs else None
+        say(f"{name}: tickler {t:,.1f}, baseline {b or 0:,.1f} {unit} ({runs} / {baseline_runs})")
+        ok = None if met is None else met(t, b)
+        return cls(name, t, b, unit, target, ok, runs=runs, baseline_runs=baseline_runs, cpu=cpu or {})
+
+    @classmethod
     def throughput(
         cls,
         name: str,
@@ -65,23 +84,17 @@ class Row:
         share: float,
         cpu: dict[str, list[float]],
     ) -> Row:
-        """An events/s row against the baseline: medians of the repeats, met at `share` of it."""
-        t, b = median(runs), median(baseline_runs)
-        say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({runs} / {baseline_runs})")
-        return cls(name, t, b, "events/s", target, t >= share * b, runs=runs, baseline_runs=baseline_runs, cpu=cpu)
+        """An events/s row against the baseline, met at `share` of it."""
+        return cls.measured(name, runs, baseline_runs, target=target, met=lambda t, b: t >= share * (b or 0), cpu=cpu)
 
 
 @dataclass
 class Context:
-    """What every scenario gets: the server, the sizes to use, and a place for findings."""
+    """What every scenario gets: the server and the sizes to use."""
 
     admin_url: str
     quick: bool
     repeats: int
-    soak_minutes: float
-    soak_rate: int = 1_000
-    findings: dict[str, str] = field(default_factory=dict)
-    shared: dict[str, Any] = field(default_factory=dict)
 
     def size(self, quick: int, full: int) -> int:
         return quick if self.quick else full
@@ -111,11 +124,6 @@ def median_cpu(per_run: list[list[float]]) -> list[float]:
     if not per_run:
         return []
     return [median([run[0] for run in per_run]), median([run[1] for run in per_run])]
-
-
-def repeat(times: int, measure: Callable[[], float]) -> list[float]:
-    """Run `measure` `times` times; return every value (the caller takes the median)."""
-    return [measure() for _ in range(times)]
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -233,13 +241,6 @@ def finish_time(url: str, table: str = "tickler_event") -> float:
     return float(row[0])
 
 
-def db_epoch(url: str) -> float:
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
-    assert row is not None
-    return float(row[0])
-
-
 def clock_offset(url: str) -> float:
     """database clock minus this process's time.time(), from the round trip's midpoint."""
     with psycopg.connect(url) as conn:
@@ -254,19 +255,3 @@ def clock_offset(url: str) -> float:
                 best = sample
     assert best is not None
     return best[1]
-
-
-@contextlib.contextmanager
-def secondary_indexes_dropped(conn: psycopg.Connection[Any], table: str = "tickler_event") -> Iterator[None]:
-    """Drop `table`'s secondary indexes for a bulk load and build them again after (same definitions):
-    one sorted build is far faster than millions of index insertions, and the result is the same."""
-    conn.execute("SET maintenance_work_mem = '1GB'")
-    indexes = conn.execute(
-        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s AND indexname <> %s",
-        (table, f"{table}_pkey"),
-    ).fetchall()
-    for name, _ in indexes:
-        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
-    yield
-    for _, definition in indexes:
-        conn.execute(definition)

@@ -1,13 +1,12 @@
-"""Figures for the pipeline: import of 1,000,000 rows (against a plain COPY of the same file, into
+"""The pipeline's figures: the import of 1,000,000 CSV rows beside a plain COPY of the same file (into
 a bare table and into a copy of tickler_event with its indexes), the report over 10,000,000 events,
-the archive of 1,000,000 events.
+the archive of 1,000,000 events. Needs pyspark and Java, so it is not part of `python -m bench`.
 
     python -m bench.pipeline_bench [--events N] [--import-rows N] [--archive-events N] [--no-write]
-    python -m bench.pipeline_bench --import-only [--import-rows N]   (the import against both COPYs)
 
-Runs against the PostgreSQL at --admin-url (default postgresql://postgres@127.0.0.1:5432/postgres):
-creates its own database, drops it at the end, and writes the results into docs/benchmarks.md
-between the pipeline-figures markers (the rest of that file is left alone).
+Runs against the PostgreSQL at --admin-url (default postgresql://postgres@127.0.0.1:5432/postgres) in a
+database of its own, dropped at the end; stores its rows as the `pipeline` entry of
+docs/benchmarks.json and rewrites docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import platform
 import subprocess
 import tempfile
 import time
@@ -30,12 +28,11 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from bench import report
+from bench.harness import Row
 from tickler.scheduler.db import libpq_url
 from tickler.scheduler.migrate import migrate
 
-BEGIN, END = "<!-- pipeline-figures:begin -->", "<!-- pipeline-figures:end -->"
-IMPORT_BEGIN, IMPORT_END = "<!-- import-figures:begin -->", "<!-- import-figures:end -->"
-DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 DAYS = 30
 
 _QUEUES = """
@@ -154,7 +151,7 @@ def plain_copy(url: str, path: Path) -> float:
 
 
 def indexed_copy(url: str, path: Path) -> float:
-    """The issue's yardstick: COPY the same file into a copy of tickler_event with all its indexes
+    """The import's yardstick: COPY the same file into a copy of tickler_event with all its indexes
     and constraints (no triggers, so no counters and no timeline)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE bench_indexed_copy (LIKE tickler_event INCLUDING ALL)")
@@ -231,53 +228,37 @@ def measure_import(spark: Any, url: str, work: Path, rows: int) -> dict[str, flo
             "vouched": float(vouched), "writes": writes}  # fmt: skip
 
 
-def import_lines(figures: dict[str, float], rows: int) -> list[str]:
-    took, plain, indexed = figures["import"], figures["plain"], figures["indexed"]
+def import_rows(figures: dict[str, float], rows: int) -> list[Row]:
+    """The import and its two parts alone, each beside the COPY into the indexed copy of tickler_event."""
+    copy, bare = rows / figures["indexed"], rows / figures["plain"]
+    jvm = f"{figures['vouched']:,.0f} rows vouched for on the JVM"
+    parts = (
+        (
+            "import (CSV, every row checked, on_conflict reject)",
+            "import",
+            f"COPY into a bare table: {bare:,.0f} rows/s",
+        ),
+        ("the import's Spark side alone (read, number, spread by key, row checks; nothing written)", "checks", jvm),
+        ("the import's write statements alone (import_write per 10,000 rows)", "writes", ""),
+    )
     return [
-        f"| import (CSV, validated, on_conflict reject) | {rows:,} rows | {took:.1f} s | {rows / took:,.0f} rows/s |",
-        f"| plain `COPY` of the same file into a table with no index | {rows:,} rows | {plain:.1f} s | "
-        f"{rows / plain:,.0f} rows/s |",
-        f"| plain `COPY` of the same file into a copy of `tickler_event` with its indexes (no timeline) | "
-        f"{rows:,} rows | {indexed:.1f} s | {rows / indexed:,.0f} rows/s |",
+        Row(f"pipeline: {what}, {rows:,} rows", rows / figures[key], copy, "rows/s", "-", None, note=note)
+        for what, key, note in parts
     ]
 
 
-def import_ratio(figures: dict[str, float]) -> str:
-    return (
-        f"The import runs at {figures['indexed'] / figures['import']:.2f}x the rate of the indexed COPY "
-        f"({figures['plain'] / figures['import']:.2f}x of the bare one): it also checks every row with the API's "
-        "rules (as Spark SQL expressions on the JVM, Python only for the rows they do not vouch for), numbers the "
-        "rows, finds duplicate keys, and writes through the open-key unique index, the counters' triggers and one "
-        "timeline entry per event. The machine's load average when the import started was "
-        f"{figures['load']:.1f} on {os.cpu_count()} cores (other work shares them). Profile: the import's Spark "
-        f"side alone (read, numbering, spread by key, the row checks, the lines to Python; nothing written) takes "
-        f"{figures['checks']:.1f} s, with {figures['vouched']:,.0f} rows vouched for on the JVM; the other "
-        f"{figures['import'] - figures['checks']:.1f} s are the writes. The write statement alone (`import_write`: "
-        f"`tickler_schedule()` per batch of 10,000, its insert through the open-key index, timeline, counters; the "
-        f"same rows, one connection, staging filled beforehand) takes {figures['writes']:.1f} s: alone it would run "
-        f"at {figures['indexed'] / figures['writes']:.2f}x the indexed COPY's rate, the floor of this design."
-    )
+def java_version() -> str:
+    try:
+        run = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    except OSError:
+        return "Java ?"
+    return (run.stderr.splitlines() or ["Java ?"])[0]
 
 
-def machine(url: str, spark: Any) -> dict[str, str]:
+def run(args: argparse.Namespace) -> tuple[list[Row], str, str]:
+    """The rows, the machine, and what to note of the run."""
     import pyspark
 
-    with psycopg.connect(url) as conn:
-        version = conn.execute("SHOW server_version").fetchone()
-    memory = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()[0]
-    return {
-        "cores": str(os.cpu_count()),
-        "memory": f"{int(memory.split()[1]) / 1024 / 1024:.1f} GiB",
-        "cpu": platform.processor() or platform.machine(),
-        "postgresql": str(version[0]) if version else "?",
-        "spark": pyspark.__version__,
-        "java": java,
-        "python": platform.python_version(),
-    }
-
-
-def run(args: argparse.Namespace) -> str:
     from tickler.pipeline.archive import run_archive
     from tickler.pipeline.report import Period, run_report
     from tickler.pipeline.source import Source
@@ -288,17 +269,17 @@ def run(args: argparse.Namespace) -> str:
         migrate(url)
         with _timer() as started:
             spark = create_session("local[*]", jar=jdbc_jar(), driver_memory=args.driver_memory)
-        facts = machine(url, spark)
+        spark_is = f"Spark {pyspark.__version__} local[*], driver memory {args.driver_memory}, {java_version()}"
+        facts = report.machine(url, spark_is)
         _log(f"spark up in {started[0]:.1f} s; generating {args.events:,} events")
         history = generate_history(url, args.events)
         _log(f"history written in {history['seconds']:.0f} s")
 
         period = Period(date.today() - timedelta(days=DAYS + 1), date.today() + timedelta(days=1))
         with _timer() as reported, Source(spark, url) as source:
-            kind = source.kind
             result = run_report(spark, source, work / "report", period)
         delivered = sum(row["delivered"] for row in result.tables["summary"])
-        _log(f"report via {kind} in {reported[0]:.0f} s ({delivered:,} deliveries)")
+        _log(f"report in {reported[0]:.0f} s ({delivered:,} deliveries)")
 
         with _timer() as archived:
             [archive] = run_archive(
@@ -309,69 +290,16 @@ def run(args: argparse.Namespace) -> str:
         figures = measure_import(spark, url, work, args.import_rows)
         spark.stop()
 
-    n, rows = args.events, args.import_rows
-    lines = [
-        BEGIN,
-        "## Pipeline (Spark) figures",
-        "",
-        f"Measured by `python -m bench.pipeline_bench` on {date.today().isoformat()}: "
-        f"{facts['cores']} cores, {facts['memory']} memory, PostgreSQL {facts['postgresql']} on 127.0.0.1 (TCP, "
-        f"so the JDBC source), Spark {facts['spark']} in local mode (`local[*]`, driver memory "
-        f"{args.driver_memory}), {facts['java']}, Python {facts['python']}. Other work shared the machine, so "
-        "treat the figures as an order of magnitude.",
-        "",
-        "| job | size | time | rate |",
-        "|---|---|---|---|",
-        *import_lines(figures, rows),
-        f"| report (all tables + HTML) | {n:,} events, {history['timeline_entries']:,.0f} timeline entries | "
-        f"{reported[0]:.0f} s | {n / reported[0]:,.0f} events/s |",
-        f"| archive (write, verify, delete) | {archive.events:,} events, {archive.timeline:,} timeline entries | "
-        f"{archived[0]:.0f} s | {archive.events / archived[0]:,.0f} events/s |",
-        "",
-        f"Spark session start: {started[0]:.1f} s (not included above). {import_ratio(figures)}",
-        END,
-    ]
-    return "\n".join(lines)
-
-
-def run_import_only(args: argparse.Namespace) -> str:
-    from tickler.pipeline.spark import create_session, jdbc_jar
-
-    with _database(args.admin_url) as url, tempfile.TemporaryDirectory(prefix="tickler-bench-") as scratch:
-        migrate(url)
-        spark = create_session("local[*]", jar=jdbc_jar(), driver_memory=args.driver_memory)
-        facts = machine(url, spark)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(_QUEUES, {"names": ["imports"]})
-        figures = measure_import(spark, url, Path(scratch), args.import_rows)
-        spark.stop()
-    return "\n".join(
-        [
-            IMPORT_BEGIN,
-            f"Import against COPY, measured by `python -m bench.pipeline_bench --import-only` on "
-            f"{date.today().isoformat()} ({facts['cores']} cores, PostgreSQL {facts['postgresql']}, Spark "
-            f"{facts['spark']} in local mode), all three in the same run:",
-            "",
-            "| job | size | time | rate |",
-            "|---|---|---|---|",
-            *import_lines(figures, args.import_rows),
-            "",
-            import_ratio(figures),
-            IMPORT_END,
-        ]
-    )
-
-
-def write_section(section: str, begin: str = BEGIN, end: str = END) -> None:
-    text = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        tail = rest.split(end, 1)[1]
-        text = head + section + tail
-    else:
-        text = (text.rstrip() + "\n\n" if text.strip() else "") + section + "\n"
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text, encoding="utf-8")
+    n, entries = args.events, history["timeline_entries"]
+    rows = [
+        *import_rows(figures, args.import_rows),
+        Row(f"pipeline: report (all tables + HTML), {n:,} events, {entries:,.0f} timeline entries", n / reported[0],
+            None, "events/s", "-", None, note=f"{reported[0]:.0f} s"),
+        Row(f"pipeline: archive (write, verify, delete), {archive.events:,} events, {archive.timeline:,} timeline "
+            "entries", archive.events / archived[0], None, "events/s", "-", None, note=f"{archived[0]:.0f} s"),
+    ]  # fmt: skip
+    note = f"Spark session start {started[0]:.1f} s, not included; load average {figures['load']:.1f} at the import"
+    return rows, facts, note
 
 
 def main() -> None:
@@ -381,19 +309,18 @@ def main() -> None:
     parser.add_argument("--import-rows", type=int, default=1_000_000)
     parser.add_argument("--archive-events", type=int, default=1_000_000)
     parser.add_argument("--driver-memory", default="6g")
-    parser.add_argument("--import-only", action="store_true", help="only the import and the two COPYs")
-    parser.add_argument("--no-write", action="store_true", help="print the section, leave docs/benchmarks.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print the rows, leave docs/ alone")
     args = parser.parse_args()
-    if args.import_only:
-        section = run_import_only(args)
-        print(section)
-        if not args.no_write:
-            write_section(section, IMPORT_BEGIN, IMPORT_END)
-        return
-    section = run(args)
-    print(section)
+    began = time.monotonic()
+    rows, facts, note = run(args)
+    print(report.table(rows))
     if not args.no_write:
-        write_section(section)
+        results = report.load()
+        results["pipeline"] = report.record(
+            rows, seconds=time.monotonic() - began, machine=facts, server="", cluster="local", load=None, note=note
+        )
+        report.save(results)
+        report.write(results)
 
 
 if __name__ == "__main__":

@@ -51,9 +51,7 @@ def _tickler_worker(spec: WorkerSpec, ready: Any, stop: Any) -> None:
 
     configure_logging("WARNING")
     handlers = Handlers()
-    # (wall time, due time) of each delivery, flat: a 30-minute soak at 3,000/s records 5.4 million
-    # pairs, which as JSON took longer to write than the worker is given to stop.
-    seen = array("d")
+    seen = array("d")  # (wall time, due time) of each delivery, flat: quick to write however many
     if spec.mode == "group":
         handlers.group_handler(spec.queue)(lambda events: None)
     elif spec.mode == "record":
@@ -152,11 +150,6 @@ def baseline_drain(url: str, queue: str, *, workers: int, batch: int, group: boo
     finish) and the CPU the workers and their backends spent."""
     started, results = race(_baseline_worker, [(url, queue, batch, group) for _ in range(workers)])
     return float(max(t for t, _ in results)) - started, CpuUse.total(c for _, c in results)
-
-
-def run_baseline_workers(url: str, queue: str, *, workers: int, batch: int, group: bool = False) -> float:
-    """Drain the baseline table with `workers` processes; return the seconds it took (go to last finish)."""
-    return baseline_drain(url, queue, workers=workers, batch=batch, group=group)[0]
 
 
 class Go:

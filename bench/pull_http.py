@@ -8,7 +8,7 @@ from typing import Any
 
 from bench import baseline
 from bench.drain import baseline_fill, fill_tickler
-from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median, say, with_database
+from bench.harness import QUEUE, Context, Row, admin_token, make_queue
 from bench.http import Client, gunicorn
 from bench.procs import race
 
@@ -58,15 +58,13 @@ def run(ctx: Context) -> list[Row]:
         baseline.install(url)
         token = admin_token(url)
         runs = []
-        with gunicorn(url) as port:
+        with gunicorn(url) as (port, _):
             for r in range(ctx.repeats):
                 fill_tickler(url, n, delay_seconds=-1)
                 runs.append(_race(_consumer, lambda c, r=r: (port, token, f"c{r}{c}"), n))
         base_runs = []
         for _ in range(ctx.repeats):
             baseline_fill(url, n)
-            base_runs.append(_race(_baseline_consumer, lambda c: (with_database(url, url.rsplit("/", 1)[1]),), n))
-    t, b = median(runs), median(base_runs)
+            base_runs.append(_race(_baseline_consumer, lambda c: (url,), n))
     name = f"pull consumers over HTTP, {CONSUMERS} consumers, claim {LIMIT} / batch ack"
-    say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({runs} / {base_runs})")
-    return [Row(name, t, b, "events/s", "≥ 10,000/s with 4 consumers", t >= TARGET, runs=runs, baseline_runs=base_runs)]
+    return [Row.measured(name, runs, base_runs, target="≥ 10,000/s with 4 consumers", met=lambda t, _: t >= TARGET)]

@@ -1,237 +1,290 @@
-"""docs/benchmarks.md: the table, the machine, the versions; the pipeline section is kept as it is."""
+"""docs/benchmarks.json (the rows of each scenario's last run) and docs/benchmarks.md, the page written
+from it: how the figures are measured, then one table per scenario family."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import platform
 import subprocess
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench import scaling_doc
-from bench.harness import ROOT, Context, Row
+from bench.cluster import SETTINGS
+from bench.harness import ROOT, Row
 
-# The blocks bench/pipeline_bench.py writes (the whole run; the import against COPY alone): a
-# rewrite of this file keeps them as they are.
-PIPELINE_BLOCKS = (
-    ("<!-- pipeline-figures:begin -->", "<!-- pipeline-figures:end -->"),
-    ("<!-- import-figures:begin -->", "<!-- import-figures:end -->"),
-)
-ANALYSIS = Path(__file__).with_name("analysis.md")
-
-
-def _fmt(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= 100:
-        text = f"{value:,.0f}"
-    elif abs(value) >= 10:
-        text = f"{value:.1f}"
-    else:
-        text = f"{value:.2f}"
-    return f"{text} {unit}".strip()
-
-
-SIDES = ("tickler", "peer", "baseline")
+RESULTS = ROOT / "docs" / "benchmarks.json"
+DOC = ROOT / "docs" / "benchmarks.md"
 PEER = "pgqueuer"
+SIDES = ("tickler", "peer", "baseline")
+
+# (title, how its rows are measured, its scenarios): one table each, in this order.
+FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "Scheduling over HTTP",
+        "tickler's API under gunicorn (2 processes) on a migrated database; keep-alive client processes "
+        "post one event per request (4 clients) or batches (1 client), events an hour ahead. Conflict rows "
+        "post the keys of open events again with the `on_conflict` named. Baseline: single-row `INSERT ... "
+        "ON CONFLICT DO NOTHING` on one connection; for batches `COPY` into a temporary table, then one "
+        "`INSERT ... ON CONFLICT` (`DO UPDATE` for replace and debounce). CPU: the server's processes and "
+        "the database's backends, not the clients.",
+        ("schedule_http", "schedule_batch"),
+    ),
+    (
+        "Claim, deliver, finish",
+        "N events made due at one instant; tickler worker processes (the Worker with a no-op in-process "
+        "handler) claim, deliver and finish them: events/s from the due instant to the last finish "
+        "(database clock). Baseline: as many processes looping over a `FOR UPDATE SKIP LOCKED` claim of "
+        "the batch size and one completing `UPDATE` per batch; for groups, an advisory-lock claim of whole "
+        "groups.",
+        ("claim", "groups"),
+    ),
+    (
+        "Pull consumers",
+        "Consumer processes over HTTP against gunicorn: `POST /v1/queues/{q}/claims` (limit 100), then one "
+        "`POST /v1/leases/ack` for the batch, until the queue is empty. Baseline: the same round trips in "
+        "SQL (claim 100, one completing `UPDATE`).",
+        ("pull_http",),
+    ),
+    (
+        "Webhook delivery",
+        "One worker delivers due events as signed POSTs to a local no-op receiver (asyncio, keep-alive, "
+        "204). Baseline: one loop that claims 100, POSTs each event signed over one keep-alive connection "
+        "and completes the batch.",
+        ("webhook",),
+    ),
+    (
+        "Lateness",
+        "A producer schedules events 0.25 s ahead at a steady rate for one worker; lateness is the "
+        "handler's start (wall clock) minus the due time (database clock, the offset measured and "
+        "subtracted), after a 5 s warm-up. Baseline: one process polling the plain claim, sleeping until "
+        "the next due time (at most 50 ms).",
+        ("lateness",),
+    ),
+    (
+        "Beside pgqueuer",
+        f"The same work through {PEER}'s public API (bench/pgq.py: its own schema installer, "
+        "`SyncQueries.enqueue` with a dedupe key standing for tickler's key, `QueueManager` workers with an "
+        "async no-op entrypoint) in a database of its own, in the same run. Enqueue in-process, one event "
+        "per transaction or one batch of 1,000 per statement; drains of events due at one instant; p99 "
+        "lateness in the steady state (the first 5 s and the last 1 s of due times left out).",
+        ("peers",),
+    ),
+    (
+        "Pipeline (Spark)",
+        "`python -m bench.pipeline_bench` (needs pyspark and Java; not part of `python -m bench`): Spark in "
+        "local mode against the same PostgreSQL over JDBC. The import of a generated CSV (every row checked, "
+        "on_conflict reject) and its two parts alone, each beside a plain `COPY` of the same file into a copy of "
+        "tickler_event with its indexes (the baseline column); the report over 30 days of history; the archive.",
+        ("pipeline",),
+    ),
+)
+KNOWN = [name for _, _, names in FAMILIES for name in names]
 
 
-def _cpu(row: Row) -> str:
-    """CPU µs/event (app + db) per side, "—" for a side not measured."""
-    if not row.cpu:
-        return "-"
-    cells = []
-    for side in SIDES:
-        value = row.cpu.get(side)
-        cells.append("—" if not value else f"{value[0]:,.0f} + {value[1]:,.0f}")
-    return " / ".join(cells)
+# -- the results file --------------------------------------------------------------------------------
 
 
-def table(rows: list[Row]) -> str:
-    lines = [
-        f"| scenario | tickler | {PEER} | baseline | ratio | {PEER} ratio | target | met? "
-        f"| CPU µs/event (app + db): tickler / {PEER} / baseline |",
-        "|---|---:|---:|---:|---:|---:|---|---|---|",
-    ]
-    for row in rows:
-        ratio = f"{row.ratio:.2f}" if row.ratio is not None else "-"
-        peer_ratio = f"{row.peer / row.baseline:.2f}" if row.peer is not None and row.baseline else "—"
-        met = {True: "yes", False: "**no**", None: "-"}[row.met]
-        scenario = row.scenario + (f" — {row.note}" if row.note else "")
-        peer = _fmt(row.peer, row.unit) if row.peer is not None else "—"
-        lines.append(
-            f"| {scenario} | {_fmt(row.tickler, row.unit)} | {peer} | {_fmt(row.baseline, row.unit)} | {ratio} "
-            f"| {peer_ratio} | {row.target} | {met} | {_cpu(row)} |"
-        )
-    return "\n".join(lines)
+def load() -> dict[str, Any]:
+    return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
 
 
-SETTINGS = [
-    "shared_buffers",
-    "synchronous_commit",
-    "fsync",
-    "wal_level",
-    "max_connections",
-    "work_mem",
-    "full_page_writes",
-    "commit_delay",
-    "autovacuum",
-]
-# The settings that move results and that a run may have had differently from the report's time.
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
+
+
+def save(results: dict[str, Any]) -> None:
+    """One scenario's run a line, then one line per row: small diffs when a scenario is rerun."""
+    parts = []
+    for name, entry in results.items():
+        head = json.dumps({**{k: v for k, v in entry.items() if k != "rows"}, "rows": []}, ensure_ascii=False)
+        rows = ",\n  ".join(json.dumps(_rounded(row), ensure_ascii=False) for row in entry["rows"])
+        parts.append(f" {json.dumps(name)}: {head[:-3]}[\n  {rows}\n ]}}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("{\n" + ",\n".join(parts) + "\n}\n")
+
+
+def record(
+    rows: list[Row], *, seconds: float, machine: str, server: str, cluster: str, load: Any, note: Any
+) -> dict[str, Any]:
+    """A scenario's entry in the results: its rows and what it ran on (runs may be days and commits apart)."""
+    return {
+        "at": time.strftime("%Y-%m-%d %H:%M"),
+        "seconds": round(seconds, 1),
+        "commit": git_head(),
+        "cluster": cluster,
+        "server": server,
+        "machine": machine,
+        "load": load,
+        "note": note,
+        "rows": [row.as_dict() for row in rows],
+    }
+
+
+# -- what a run ran on -------------------------------------------------------------------------------
+
+# The settings that move results, recorded with each run.
 RUN_SETTINGS = ["autovacuum", "synchronous_commit", "fsync", "max_wal_size", "checkpoint_timeout", "shared_buffers"]
-
-
-def server_settings(admin_url: str, names: list[str]) -> dict[str, str]:
-    with psycopg.connect(admin_url) as conn:
-        return dict(
-            conn.execute(
-                "SELECT name, setting || coalesce(' ' || unit, '') FROM pg_settings WHERE name = ANY(%s)", (names,)
-            ).fetchall()
-        )
+PACKAGES = ("psycopg", "SQLAlchemy", "Flask", "gunicorn", "pgqueuer")
 
 
 def run_settings(admin_url: str) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in sorted(server_settings(admin_url, RUN_SETTINGS).items()))
+    with psycopg.connect(admin_url) as conn:
+        found = conn.execute(
+            "SELECT name, setting || coalesce(' ' || unit, '') FROM pg_settings WHERE name = ANY(%s)", (RUN_SETTINGS,)
+        ).fetchall()
+    return ", ".join(f"{k} = {v}" for k, v in sorted(found))
 
 
 def git_head() -> str:
     try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
-        ).stdout.strip()
+        run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     except OSError:
         return ""
+    return run.stdout.strip()
 
 
-def machine(admin_url: str) -> list[str]:
-    mem_kib = 0
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    cpu = platform.processor() or platform.machine()
-    with open("/proc/cpuinfo") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+def _read(path: str) -> list[str]:
+    return Path(path).read_text().splitlines() if Path(path).exists() else []
+
+
+def machine(admin_url: str, *extra: str) -> str:
+    """The box, the server's version and the versions of what ran, in one line."""
+    mem_kib = cpu = None
+    for line in _read("/proc/meminfo") + _read("/proc/cpuinfo"):
+        key, _, value = line.partition(":")
+        if key.strip() == "MemTotal" and mem_kib is None:
+            mem_kib = int(value.split()[0])
+        if key.strip() == "model name" and cpu is None:
+            cpu = value.strip()
     with psycopg.connect(admin_url) as conn:
-        pg = conn.execute("SELECT version()").fetchone()
-    settings = server_settings(admin_url, SETTINGS)
-    return [
-        f"- CPU: {os.cpu_count()} cores ({cpu}); memory {mem_kib / 1024 / 1024:.1f} GiB; {platform.platform()} "
-        "(the machine that wrote this file; scenarios of other days, see Runs, may have run on another "
-        "machine of the same size)",
-        f"- PostgreSQL: {pg[0] if pg else '?'} — on the same machine, over TCP 127.0.0.1",
-        "- PostgreSQL settings: " + ", ".join(f"{k} = {v}" for k, v in sorted(settings.items())),
-    ]
+        pg = conn.execute("SHOW server_version").fetchone()
+    packages = [f"Python {platform.python_version()}"]
+    for package in PACKAGES:
+        with contextlib.suppress(PackageNotFoundError):
+            packages.append(f"{package} {version(package)}")
+    return "; ".join(
+        [
+            f"{os.cpu_count()} cores ({cpu or platform.machine()}), {(mem_kib or 0) / 1024**2:.1f} GiB memory, "
+            f"{platform.system()} "
+            f"{platform.release().split('-')[0]}",
+            f"PostgreSQL {pg[0] if pg else '?'}",
+            *extra,
+            ", ".join(packages),
+        ]
+    )
 
 
-def versions() -> str:
-    parts = [f"Python {platform.python_version()}"]
-    commit = git_head()
-    for package in ("tickler", "psycopg", "SQLAlchemy", "Flask", "gunicorn", "granian", "orjson", "pgqueuer"):
-        try:
-            parts.append(f"{package} {version(package)}")
-        except PackageNotFoundError:
-            parts.append(f"{package} ?")
-    note = f" (git HEAD {commit} when this file was written; later commits may have landed during the run)"
-    return ", ".join(parts) + (note if commit else "")
+# -- the page ----------------------------------------------------------------------------------------
 
 
-def _pipeline_section(path: Path) -> str:
-    text = path.read_text() if path.exists() else ""
-    blocks = []
-    for begin, end in PIPELINE_BLOCKS:
-        if begin in text and end in text:
-            blocks.append(text[text.index(begin) : text.index(end) + len(end)])
-        else:
-            blocks.append(f"{begin}\n{end}")
-    return "\n\n".join(blocks)
+def _fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    return f"{text} {unit}".strip()
 
 
-def _load(result: dict[str, Any]) -> str:
-    """The load average a run saw (recorded since 2026-11-24; older runs have none)."""
-    if not result.get("load"):
-        return ""
-    low, high = result["load"]
-    return f" \N{EM DASH} load average {low:.1f}\N{EN DASH}{high:.1f} during the run"
+def _cpu(row: Row, sides: tuple[str, ...]) -> str:
+    cells = [row.cpu.get(side) for side in sides]
+    return " / ".join("—" if not value else f"{value[0]:,.0f} + {value[1]:,.0f}" for value in cells)
 
 
-def write(path: Path, results: dict[str, Any], ctx: Context) -> None:
-    from bench.__main__ import SCENARIOS
+def table(rows: list[Row]) -> str:
+    """A markdown table of rows; the peer, target and CPU columns only when a row has them."""
+    peer = any(row.peer is not None for row in rows)
+    targets = any(row.target not in ("", "-") for row in rows)
+    sides = tuple(side for side in SIDES if any(side in row.cpu for row in rows))
+    head = ["case", "tickler", *([PEER] if peer else []), "baseline", "ratio", *([f"{PEER} ratio"] if peer else [])]
+    head += ["target", "met?"] if targets else []
+    head += [f"CPU µs/event (app + db): {' / '.join(PEER if s == 'peer' else s for s in sides)}"] if sides else []
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1 - 2 * targets - bool(sides))]
+    lines[1] += "---|---|" * targets + "---|" * bool(sides)
+    for row in rows:
+        case = row.scenario.split(": ", 1)[1] if row.scenario.startswith(("peers: ", "pipeline: ")) else row.scenario
+        cells = [case + (f" ({row.note})" if row.note else ""), _fmt(row.tickler, row.unit)]
+        cells += [_fmt(row.peer, row.unit)] if peer else []
+        cells += [_fmt(row.baseline, row.unit), f"{row.ratio:.2f}" if row.ratio is not None else "—"]
+        cells += [f"{row.peer / row.baseline:.2f}" if row.peer is not None and row.baseline else "—"] if peer else []
+        cells += [row.target, {True: "yes", False: "**no**", None: "-"}[row.met]] if targets else []
+        cells += [_cpu(row, sides)] if sides else []
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
-    rows = [Row(**r) for name in SCENARIOS if name in results for r in results[name]["rows"]]
-    runs = [
-        f"- `{name}`: {results[name]['at']}, {results[name]['seconds']:.0f} s"
-        + (f", soak of {results[name]['soak_minutes']:g} min" if results[name].get("soak_minutes") else "")
-        + (f", at {results[name]['commit']}" if results[name].get("commit") else "")
-        + (f", {results[name]['cluster']} server" if results[name].get("cluster") else "")
-        + (f" ({results[name]['server']})" if results[name].get("server") else "")
-        + _load(results[name])
-        + (f"; {results[name]['note']}" if results[name].get("note") else "")
-        for name in SCENARIOS
-        if name in results
-    ]
-    findings = [
-        f"### {key}\n\n{text}\n"
-        for name in SCENARIOS
-        if name in results
-        for key, text in results[name].get("findings", {}).items()
-    ]
-    analysis = ANALYSIS.read_text() if ANALYSIS.exists() else ""
+
+def _run(name: str, entry: dict[str, Any], shared_server: bool) -> str:
+    """A scenario's run, in one line (its server settings when the runs do not share them)."""
+    where = {"local": "the local server"}.get(entry.get("cluster", ""), "the private cluster")
+    text = f"- `{name}`: {entry['at']}" + (f" at {entry['commit']}" if entry.get("commit") else "")
+    text += f", {entry['seconds']:.0f} s on {where}" if entry.get("seconds") else f" on {where}"
+    if entry.get("server") and not shared_server:
+        text += f" ({entry['server']})"
+    if entry.get("load"):
+        text += f", load average {entry['load'][0]:.1f}\N{EN DASH}{entry['load'][1]:.1f}"
+    return text + (f"; {entry['note']}" if entry.get("note") else "")
+
+
+def page(results: dict[str, Any]) -> str:
+    servers = {entry.get("server") for name, entry in results.items() if name != "pipeline"} - {None, ""}
+    machines: dict[str, list[str]] = {}
+    for name, entry in results.items():
+        machines.setdefault(entry.get("machine") or "not recorded", []).append(f"`{name}`")
+    settings = ", ".join(f"{k} {v}" for k, v in SETTINGS.items())
     parts = [
         "# Benchmarks",
         "",
-        "Generated by `python -m bench` (see bench/); everything outside the pipeline section is rewritten "
-        "by each run. Medians of "
-        f"{ctx.repeats} repeats; each scenario runs against a fresh database, in the same run as a plain-psycopg "
-        "baseline doing the same work with the best SQL (bench/baseline.py). ratio = tickler / baseline: "
-        "for events/s higher is better, for ms lower is better. The `peers` rows add pgqueuer (from PyPI, "
-        'its public API, a fresh database of its own; bench/pgq.py) in the same run: "—" where it has no '
-        "equivalent or was not installed. CPU µs/event (app + db): user + system CPU of the side's own "
-        "processes (workers, API servers, in-process clients; not load generators) and of the PostgreSQL "
-        "backends serving its database, from /proc, divided by the events (bench/cpu.py).",
+        "Written by `python -m bench` (bench/report.py) from docs/benchmarks.json, which keeps the rows of the "
+        "last run of each scenario; every run rewrites both.",
         "",
-        "Run it: `make bench` (installs the `bench` extra: pgqueuer, granian, orjson; then "
-        "`.venv/bin/python -m bench`: everything, ~70 min with `--soak-minutes 10`; the full soak is "
-        "30 min more). A full run starts a private PostgreSQL cluster (initdb into a temporary directory, the "
-        "settings of bench/cluster.py: autovacuum, fsync and synchronous_commit on, shared_buffers 128MB) "
-        "so that no earlier ALTER SYSTEM of the machine's server counts; `--server local` or "
-        "`--database-url URL` measure a given server instead, its settings recorded below. "
-        "`.venv/bin/python -m bench --only claim lateness` (rerun some scenarios; the others' rows "
-        "are kept from bench/results.json), `.venv/bin/python -m bench --quick` (tiny sizes, the local "
-        "server, proves the harness works, writes nothing; CI), `.venv/bin/python -m bench --report-only` "
-        "(rewrite this file from bench/results.json). Options: `--repeats N`, `--soak-minutes M`. "
-        "`.venv/bin/python -m bench.walprofile` breaks the WAL of a delivered event down by record type, "
-        "beside the baseline's (pg_waldump; needs a PostgreSQL on this machine).",
+        "## Method",
         "",
-        "## Results",
+        "- **Same box, same run.** Each scenario runs on a fresh database of a PostgreSQL cluster started for "
+        f"the run (bench/cluster.py: initdb into a temporary directory; {settings}), on the machine that also "
+        "runs the clients, API servers and workers, over TCP 127.0.0.1. A row's figure is the median of its "
+        "repeats (3 in a full run).",
+        "- **Baseline.** In the same run and database, plain psycopg doing the same work with the best SQL we "
+        "know (bench/baseline.py): one table with the same open-key rule and claim indexes, and nothing else "
+        "(no timeline, counters, leases or history). It is the floor the database sets for that work on this "
+        "box, not a competitor.",
+        "- **ratio** = tickler / baseline: for events/s higher is better (1.00 is as fast as the plain SQL); "
+        f"for ms lower is better. **{PEER} ratio** = {PEER} / baseline, in the family beside {PEER}.",
+        "- **CPU µs/event (app + db)**: user + system CPU (/proc) of the side's own processes (workers, API "
+        "servers, in-process clients; not load generators) and of the PostgreSQL backends serving its "
+        "database, divided by the events (bench/cpu.py).",
+        "- **target / met?**: what the row is held to, and whether its median meets it.",
+        "- **Runs**, under each table: when each scenario last ran, at which commit, on which server, and the "
+        "1-minute load average meanwhile (on a shared box a high load lowers both sides' rates).",
+        *([f"- **Server settings** of the runs: {next(iter(servers))}."] if len(servers) == 1 else []),
+        *[f"- **Machine** of {', '.join(names)}: {text}." for text, names in machines.items()],
         "",
-        table(rows),
-        "",
-        "## Machine",
-        "",
-        *machine(ctx.admin_url),
-        f"- Versions: {versions()}",
-        "",
-        "## Runs",
-        "",
-        *runs,
-        "",
-        analysis,
-        "## Measured details",
-        "",
-        *findings,
-        "## Pipeline",
-        "",
-        _pipeline_section(path),
-        "",
+        "Run it: `make bench` (installs the `bench` extra with pgqueuer, then `python -m bench`: every scenario "
+        "on a private cluster, about half an hour); `python -m bench --only claim lateness` reruns some scenarios "
+        "and keeps the others' rows; `--quick` runs tiny sizes on the local server and writes nothing (CI: "
+        "`make bench-quick`); `--report-only` rewrites this page from docs/benchmarks.json. `python -m "
+        "bench.walprofile` prints the WAL of a delivered event by record type, beside the baseline's "
+        "(pg_waldump).",
     ]
+    shared_server = len(servers) == 1
+    for title, text, scenarios in FAMILIES:
+        present = [name for name in scenarios if name in results]
+        rows = [Row(**row) for name in present for row in results[name]["rows"]]
+        parts += ["", f"## {title}", "", text, ""]
+        parts += [table(rows), "", "Runs:", "", *(_run(n, results[n], shared_server) for n in present)] if rows else []
+        parts += [] if rows else ["Not measured yet."]
+    return "\n".join(parts) + "\n"
+
+
+def write(results: dict[str, Any], path: Path = DOC) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(parts))
-    if "scaling" in results:
-        scaling_doc.write(path.with_name("scaling.md"), results)
+    path.write_text(page(results))

@@ -9,7 +9,7 @@ from typing import Any
 from bench import baseline
 from bench.cpu import CpuMeter
 from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median_cpu
-from bench.http import Client, api_server
+from bench.http import Client, gunicorn
 from bench.procs import race
 
 TARGET = 0.4
@@ -28,27 +28,13 @@ def _client(port: int, token: str, prefix: str, count: int, go: Any, out: Any) -
     out.put((time.time(), failures))
 
 
-def http_rate(port: int, token: str, total: int, round_: int, clients: int = CLIENTS) -> float:
-    per = total // clients
-    started, results = race(_client, [(port, token, f"r{round_}c{c}", per) for c in range(clients)])
+def http_rate(port: int, token: str, total: int, round_: int) -> float:
+    per = total // CLIENTS
+    started, results = race(_client, [(port, token, f"r{round_}c{c}", per) for c in range(CLIENTS)])
     failures = sum(f for _, f in results)
     if failures:
         raise RuntimeError(f"{failures} requests failed")
-    return float(per * clients / (max(t for t, _ in results) - started))
-
-
-def measured_runs(
-    url: str, port: int, pid: int, token: str, total: int, repeats: int, round_: int, clients: int = CLIENTS
-) -> tuple[list[float], list[list[float]]]:
-    """A warm-up (pools, caches), then `repeats` timed runs: events/s and CPU µs/event [app, db] of
-    the server `pid` (its workers included) and the database; not the clients."""
-    http_rate(port, token, min(total, 400), -1 - round_, clients)
-    runs, cpus = [], []
-    for r in range(repeats):
-        with CpuMeter(url, [pid]) as meter:
-            runs.append(http_rate(port, token, total, round_ + r, clients))
-        cpus.append(meter.use.per_event_us(total // clients * clients))
-    return runs, cpus
+    return float(per * CLIENTS / (max(t for t, _ in results) - started))
 
 
 def baseline_rate(url: str, total: int, round_: int) -> float:
@@ -69,8 +55,13 @@ def run(ctx: Context) -> list[Row]:
         base_runs = [baseline_rate(url, total, r) for r in range(ctx.repeats)]
         configs = (("sync workers, as deployed", 0), ("gthread, 4 threads each: real keep-alive", 4))
         for label, threads in configs[: 1 if ctx.quick else 2]:
-            with api_server(url, "gunicorn", threads=threads) as (port, pid):
-                runs, cpus = measured_runs(url, port, pid, token, total, ctx.repeats, 10 * threads)
+            runs, cpus = [], []
+            with gunicorn(url, threads=threads) as (port, pid):
+                http_rate(port, token, min(total, 400), -1 - threads)  # warm-up: pools, caches
+                for r in range(ctx.repeats):
+                    with CpuMeter(url, [pid]) as meter:  # the server (its workers) and the database
+                        runs.append(http_rate(port, token, total, 10 * threads + r))
+                    cpus.append(meter.use.per_event_us(total // CLIENTS * CLIENTS))
             name = f"schedule via HTTP, 1 event/request, gunicorn -w 2 ({label}), {CLIENTS} clients"
             target = "≥ 40% of single-row INSERT"
             rows.append(Row.throughput(name, runs, base_runs, target, TARGET, cpu={"tickler": median_cpu(cpus)}))

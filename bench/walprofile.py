@@ -27,7 +27,7 @@ from bench import baseline
 from bench.cluster import PrivateCluster
 from bench.drain import baseline_fill, fill_tickler, make_due_soon
 from bench.harness import QUEUE, Context, make_queue, resolve_server, say, wait_until_drained
-from bench.procs import WorkerSpec, run_baseline_workers, tickler_workers
+from bench.procs import WorkerSpec, baseline_drain, tickler_workers
 
 
 def _value(url: str, query: str, params: tuple[Any, ...] = ()) -> Any:
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _profile(args: argparse.Namespace, admin_url: str) -> int:
-    ctx = Context(admin_url=admin_url, quick=False, repeats=1, soak_minutes=0)
+    ctx = Context(admin_url=admin_url, quick=False, repeats=1)
     n = args.events
     with ctx.database() as url:
         make_queue(url)
@@ -179,7 +179,7 @@ def _profile(args: argparse.Namespace, admin_url: str) -> int:
         make_due_soon(url, lead=0.0, table="bench_job")
         _checkpoint(url)
         start, commits = _lsn(url), _commits(url)
-        run_baseline_workers(url, QUEUE, workers=args.workers, batch=args.batch)
+        baseline_drain(url, QUEUE, workers=args.workers, batch=args.batch)
         end, base_commits = _lsn(url), _commits(url) - commits
         base = (start, end, _total_bytes(url, start, end))
         base_dump = _waldump(url, start, end)

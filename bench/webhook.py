@@ -12,7 +12,7 @@ import time
 
 from bench import baseline
 from bench.drain import baseline_fill, tickler_rate
-from bench.harness import QUEUE, Context, Row, make_queue, median, say
+from bench.harness import QUEUE, Context, Row, make_queue
 from bench.http import free_port
 from bench.procs import SPAWN, WorkerSpec, tickler_workers
 from bench.receiver import serve
@@ -81,12 +81,8 @@ def run(ctx: Context) -> list[Row]:
                 for _ in range(ctx.repeats):
                     baseline_fill(url, n)
                     base_runs.append(baseline_rate(url, port, n))
-            t, b = median(runs), median(base_runs)
             name = f"webhook delivery to a local no-op receiver, 1 worker, batch {BATCH} ({label})"
-            say(f"{name}: tickler {t:,.0f}/s, baseline {b:,.0f}/s ({runs} / {base_runs})")
-            rows.append(
-                Row(name, t, b, "events/s", "≥ 2,000 events/s", t >= TARGET, runs=runs, baseline_runs=base_runs)
-            )
+            rows.append(Row.measured(name, runs, base_runs, target="≥ 2,000 events/s", met=lambda t, _: t >= TARGET))
     finally:
         receiver.terminate()
         receiver.join(5)
