@@ -15,7 +15,15 @@ import pytest
 from tests import pg
 from tickler.scheduler import migrate as migrate_module
 from tickler.scheduler.db import libpq_url
-from tickler.scheduler.migrate import Migration, MigrationError, available_migrations, migrate, pending_migrations
+from tickler.scheduler.migrate import (
+    Migration,
+    MigrationError,
+    Step,
+    available_migrations,
+    code_files,
+    migrate,
+    pending_migrations,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,14 +40,19 @@ def _ledger(url: str) -> list[tuple[int, str]]:
         return [(v, n) for v, n in conn.execute("SELECT version, name FROM tickler_migration ORDER BY version")]
 
 
+def every_step() -> list[Step]:
+    """What a new database is brought to: every numbered step, then every code file."""
+    return [*available_migrations(), *code_files()]
+
+
 def test_fresh_database_is_pending_then_migrated(fresh_url: str) -> None:
-    everything = available_migrations()
-    assert [m.version for m in pending_migrations(fresh_url)] == [m.version for m in everything]
+    everything = [step.label for step in every_step()]
+    assert [step.label for step in pending_migrations(fresh_url)] == everything
     applied = migrate(fresh_url)
-    assert [m.version for m in applied] == [m.version for m in everything]
+    assert [step.label for step in applied] == everything
     assert pending_migrations(fresh_url) == []
     assert migrate(fresh_url) == []  # the second run is a no-op
-    assert _ledger(fresh_url) == [(m.version, m.name) for m in everything]
+    assert _ledger(fresh_url) == [(m.version, m.name) for m in available_migrations()]
 
 
 def test_concurrent_threads_apply_each_migration_once(fresh_url: str) -> None:
@@ -60,15 +73,15 @@ def test_concurrent_threads_apply_each_migration_once(fresh_url: str) -> None:
     for thread in threads:
         thread.join(timeout=60)
     assert not failures, failures
-    applied = sorted(m.version for result in results for m in result)
-    assert applied == [m.version for m in available_migrations()]
+    applied = sorted(step.label for result in results for step in result)
+    assert applied == sorted(step.label for step in every_step())
     assert _ledger(fresh_url) == [(m.version, m.name) for m in available_migrations()]
 
 
 def test_concurrent_processes_apply_each_migration_once(fresh_url: str) -> None:
     code = (
         "import sys; from scheduler.migrate import migrate; "
-        "print('applied:' + ','.join(str(m.version) for m in migrate(sys.argv[1])))"
+        "print('applied:' + ','.join(m.label for m in migrate(sys.argv[1])))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     processes = [
@@ -95,8 +108,8 @@ def test_concurrent_processes_apply_each_migration_once(fresh_url: str) -> None:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    applied = sorted(int(v) for out in outputs for v in out.split(",") if v)
-    assert applied == [m.version for m in available_migrations()]
+    applied = sorted(label for out in outputs for label in out.split(",") if label)
+    assert applied == sorted(step.label for step in every_step())
     assert _ledger(fresh_url) == [(m.version, m.name) for m in available_migrations()]
 
 
@@ -120,6 +133,7 @@ def test_unknown_applied_migration_is_detected(fresh_url: str) -> None:
 
 
 def test_failed_migration_leaves_nothing_behind(fresh_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    migrate(fresh_url)  # a new database takes schema.sql; the next release's step then fails
     broken = [*available_migrations(), Migration(9998, "broken", "CREATE TABLE half_done (x int); SELECT 1/0;")]
     monkeypatch.setattr(migrate_module, "available_migrations", lambda: broken)
     with pytest.raises(psycopg.errors.DivisionByZero):
