@@ -11,7 +11,7 @@
 -- max_attempts, or the budget its last retry recorded. `redeliver_count` never goes back, so the
 -- budget is counted from now: max_attempts becomes redeliver_count + budget.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-latest AS (  -- its finish, when dead: the day, queue and schedule_on that find it in history (0063)
+latest AS (  -- its finish, when dead: the day, queue and schedule_on that find it in history
     SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline_newest(:queue, :item_key, false, NULL, NULL, 1) AS t
 ),
 target AS (
@@ -33,7 +33,7 @@ target AS (
     WHERE e.item_key = :item_key AND e.outcome = 'dead'
     FOR UPDATE OF e
 ),
-revived AS (  -- by the history's (queue, schedule_on, id) index in the row's day (no index by id: 0063);
+revived AS (  -- by the history's (queue, schedule_on, id) index in the row's day (no index by id);
               -- the target's values as parameters, so that every probe holds all three
     DELETE FROM tickler_event_history AS e
     USING target AS t
@@ -53,7 +53,7 @@ changed AS (
     FROM revived AS r
     RETURNING *
 ),
-logged AS (  -- tickler_timeline_write (migration 0061): read below, so that it runs
+logged AS (  -- tickler_timeline_write (scheduler/database/history.sql): read below, so that it runs
     SELECT tickler_timeline_write(array_agg(ROW(
                c.queue, c.item_key, c.id, clock.now, 'retried', CAST(:actor AS text), c.schedule_on,
                tickler_retried_details(r.budget, c.max_attempts, r.max_attempts, c.redeliver_count,
@@ -61,7 +61,7 @@ logged AS (  -- tickler_timeline_write (migration 0061): read below, so that it 
            )::tickler_timeline_row)) AS written
     FROM changed AS c JOIN revived AS r ON r.id = c.id CROSS JOIN clock
 ),
-wake AS (SELECT tickler_wake_if_sooner(c.queue, c.schedule_on) FROM changed AS c)  -- see 0018
+wake AS (SELECT tickler_wake_if_sooner(c.queue, c.schedule_on) FROM changed AS c)  -- see writing.sql
 SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
 FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w CROSS JOIN logged AS l;
 
@@ -88,7 +88,7 @@ target AS (
                       WHERE o.queue = e.queue AND o.item_key = e.item_key AND o.dequeued_on IS NULL)
     FOR UPDATE OF e SKIP LOCKED
 ),
-revived AS (  -- as retry_event's (no index by id: 0063)
+revived AS (  -- as retry_event's (history has no index by id)
     DELETE FROM tickler_event_history AS e
     USING target AS t
     WHERE e.queue = :queue AND e.schedule_on = ANY(ARRAY(SELECT schedule_on FROM target))
@@ -148,7 +148,7 @@ SELECT count(*) AS n FROM (
 -- Whether an unfinished archive run selected events of this queue (it must finish first).
 SELECT EXISTS (
     SELECT 1 FROM tickler_archive_item AS i
-    WHERE i.queue = :name  -- recorded with the item (0063); a run selects finished events only
+    WHERE i.queue = :name  -- recorded with the item; a run selects finished events only
 ) AS found;
 
 -- name: cancel_queue_events
@@ -180,8 +180,9 @@ logged AS (
 SELECT count(*) AS cancelled FROM changed CROSS JOIN logged;
 
 -- name: keep_queue_entries
--- A deleted queue's delivered entries that are its history rows (migration 0072), written into the
--- timeline with their ids before delete_queue_events removes those rows: its keys' timelines stay.
+-- A deleted queue's delivered entries that are its history rows (tickler_timeline_keep_entries in
+-- scheduler/database/history.sql), written into the timeline with their ids before
+-- delete_queue_events removes those rows: its keys' timelines stay.
 SELECT tickler_timeline_keep_entries(:name) AS kept;
 
 -- name: delete_queue_events
@@ -207,8 +208,8 @@ SELECT d.name FROM deleted AS d CROSS JOIN (SELECT count(*) AS notified FROM wak
 -- name: queue_gauges
 -- Per-queue gauges for /metrics and the dashboard, the same from every process: counters
 -- (tickler_queue_count) for open and dead events, and the time-dependent ones from
--- tickler_live_counts (migration 0020: live leases, due events and the oldest due one, through
--- indexes only).
+-- tickler_live_counts (scheduler/database/counters.sql: live leases, due events and the oldest
+-- due one, through indexes only).
 SELECT q.name, q.paused, coalesce(CAST(:now AS timestamptz), now()) AS db_now,
        coalesce(c.open, 0) AS open, coalesce(c.dead, 0) AS dead,
        live.in_flight, live.due, live.oldest_due

@@ -5,18 +5,20 @@
 --   * Every statement that changes an event writes its timeline entry in the same statement
 --     (a data-modifying CTE), so no change can happen without its history. A claim's `claimed`
 --     entry is the one exception: the statement that ends the lease writes it, in its own row
---     (details -> 'claim', see tickler_with_claim() and tickler_timeline_entry in 0016).
+--     (details -> 'claim', see tickler_with_claim() and tickler_timeline_entry in
+--     scheduler/database/).
 --   * Statements that return events return whole rows plus `status` (tickler_status()).
 --   * tickler_event holds open events only. A statement that finishes events (sets dequeued_on)
 --     still updates them there, and returns them; the same statement moves them into
---     tickler_event_history (the move of 0021, in tickler_event_updated since 0065). Reads of an event, open or
---     finished, read tickler_event, then history through the key's timeline
---     (tickler_history_event, migration 0063: history has no index by id alone).
+--     tickler_event_history (tickler_event_updated, scheduler/database/event_triggers.sql). Reads
+--     of an event, open or finished, read tickler_event, then history through the key's timeline
+--     (tickler_history_event, scheduler/database/history.sql: history has no index by id alone).
 
 -- name: schedule_one
--- Schedule one event through tickler_schedule() (migration 0008: the one path that writes events,
--- their timeline and the wake-up handshake). One row: the outcome, and the event written or the
--- open event that holds the key (`scheduled`: the event's own `outcome` is how it finished).
+-- Schedule one event through tickler_schedule() (scheduler/database/writing.sql: the one path
+-- that writes events, their timeline and the wake-up handshake). One row: the outcome, and the
+-- event written or the open event that holds the key (`scheduled`: the event's own `outcome` is
+-- how it finished).
 SELECT r.outcome AS scheduled, (r.event).*,
        tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
            AS status
@@ -25,16 +27,16 @@ FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST
 
 -- name: schedule_new
 -- One new event under reject or ignore (the commonest call: an in-process enqueue, a single-event
--- request), in one plain statement: tickler_schedule()'s single-event insert step (0064, 0066),
--- without the two PL/pgSQL calls around it, the jsonb round of the item and the read of the row
--- after it (~20 % of the database's CPU per event; docs/benchmarks.md). The same steps in the same
--- order: the queue's row share-locked first (the wake-up handshake, see tickler_queue.next_wake),
--- the insert where the key is free, its `enqueued` entry through tickler_timeline_write(), one
--- NOTIFY when a sleeping dispatcher would wake too late; fields cast as the jsonb path casts them.
--- A taken key answers `conflict` with its open event, as tickler_schedule() does. No row: no such
--- queue, or the key was taken by an event this statement's snapshot does not see (committed
--- after it began); the caller asks tickler_schedule(), which raises the error or names the event
--- (tests/test_schedule_new.py holds the two to the same rows and answers).
+-- request), in one plain statement: tickler_schedule()'s single-event insert step, without the two
+-- PL/pgSQL calls around it, the jsonb round of the item and the read of the row after it (~20 % of
+-- the database's CPU per event; docs/benchmarks.md). The same steps in the same order: the queue's
+-- row share-locked first (the wake-up handshake, see tickler_queue.next_wake), the insert where the
+-- key is free, its `enqueued` entry through tickler_timeline_write(), one NOTIFY when a sleeping
+-- dispatcher would wake too late; fields cast as the jsonb path casts them. A taken key answers
+-- `conflict` with its open event, as tickler_schedule() does. No row: no such queue, or the key was
+-- taken by an event this statement's snapshot does not see (committed after it began); the caller
+-- asks tickler_schedule(), which raises the error or names the event (tests/test_schedule_new.py
+-- holds the two to the same rows and answers).
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 target AS MATERIALIZED (
     SELECT q.max_attempts, q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
@@ -142,7 +144,7 @@ FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST
 
 -- name: schedule_staged
 -- schedule_many over the items COPYed into the session's staging table in this transaction
--- (stage_copy; migration 0066): the same rows.
+-- (stage_copy): the same rows.
 SELECT r.ord, r.item_key, r.outcome, r.id
 FROM tickler_schedule_staged(:queue, :actor, :on_conflict, CAST(:now AS timestamptz),
                              CAST(:debounce_max_seconds AS double precision)) AS r;
@@ -177,7 +179,7 @@ COPY pg_temp.tickler_schedule_stage (ord, item_key, group_key, schedule_on, dela
 FROM STDIN (FORMAT binary);
 
 -- name: schedule_one_traced
--- schedule_one, keeping the caller's trace context with the event written (migration 0040).
+-- schedule_one, keeping the caller's trace context with the event written (SPEC §11).
 SELECT r.outcome AS scheduled, (r.event).*,
        tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
            AS status
@@ -185,7 +187,7 @@ FROM tickler_schedule_traced(:queue, CAST(:events AS jsonb), :actor, :on_conflic
                              CAST(:debounce_max_seconds AS double precision), true, CAST(:traces AS jsonb)) AS r;
 
 -- name: schedule_many_traced
--- schedule_many, keeping each item's trace context with the event written (migration 0040).
+-- schedule_many, keeping each item's trace context with the event written (SPEC §11).
 SELECT r.ord, r.item_key, r.outcome, r.id
 FROM tickler_schedule_traced(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
                              CAST(:debounce_max_seconds AS double precision), false, CAST(:traces AS jsonb)) AS r;
@@ -201,7 +203,7 @@ FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST
                       CAST(:debounce_max_seconds AS double precision), true) AS r;
 
 -- name: schedule_group_traced
--- schedule_group, keeping each item's trace context with the event written (migration 0040).
+-- schedule_group, keeping each item's trace context with the event written (SPEC §11).
 SELECT r.ord, r.outcome AS scheduled, (r.event).*,
        tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
            AS status
@@ -217,13 +219,13 @@ WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL;
 -- name: get_latest_event
 -- The open event of a key, else its most recent one: the event of the key's newest timeline entry,
 -- found in history by that entry (a finished event's last entry is its finish: its day, queue
--- and schedule_on; tickler_history_event, migration 0063).
+-- and schedule_on; tickler_history_event).
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 open_event AS (
     SELECT e.* FROM tickler_event AS e
     WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL
 ),
-latest AS (  -- the newest entry of an event, in the timeline or, a delivery's, in history (0072)
+latest AS (  -- the newest entry of an event, in the timeline or, a delivery's, its history row
     SELECT t.event_id, t.at, t.schedule_on
     FROM tickler_timeline_newest(:queue, :item_key, true, NULL, NULL, 1) AS t
     WHERE NOT EXISTS (SELECT 1 FROM open_event)
@@ -237,7 +239,7 @@ CROSS JOIN LATERAL tickler_history_event(CAST(:queue AS text), l.event_id, l.sch
 
 -- name: get_events_by_id
 -- Events of one key by id, open or finished, in no particular order. A finished one is found
--- through its newest entry in the key's timeline (tickler_history_event, migration 0063).
+-- through its newest entry in the key's timeline (tickler_history_event).
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 wanted AS (SELECT DISTINCT w.id FROM unnest(CAST(:ids AS bigint[])) AS w (id)),
 open_events AS (
@@ -259,7 +261,7 @@ CROSS JOIN LATERAL tickler_history_event(CAST(:queue AS text), f.id, f.schedule_
 
 -- name: lock_open_event
 -- The open event of a key, locked for a change in this transaction, with the time to act at. A
--- lease of it whose time is up is ended first (tickler_lock_open_event, migration 0014): the
+-- lease of it whose time is up is ended first (tickler_lock_open_event): the
 -- event is then the pending event it really is, or gone when that was its last attempt.
 SELECT e.*, tickler_status(e.outcome, e.lease_expires_on, clock.now) AS status, clock.now AS db_now
 FROM (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now) AS clock
@@ -279,13 +281,13 @@ changed AS (
     WHERE e.id = :id AND e.dequeued_on IS NULL AND e.lease_id IS NULL
     RETURNING e.*
 ),
-logged AS (  -- tickler_timeline_write (migration 0061): read below, so that it runs
+logged AS (  -- tickler_timeline_write (scheduler/database/history.sql): read below, so that it runs
     SELECT tickler_timeline_write(array_agg(ROW(
                c.queue, c.item_key, c.id, clock.now, CAST(:action AS text), CAST(:actor AS text), c.schedule_on,
                CAST(:details AS jsonb))::tickler_timeline_row)) AS written
     FROM changed AS c CROSS JOIN clock
 ),
-wake AS (SELECT tickler_wake_if_sooner(c.queue, c.schedule_on) FROM changed AS c)  -- see 0018
+wake AS (SELECT tickler_wake_if_sooner(c.queue, c.schedule_on) FROM changed AS c)  -- see writing.sql
 SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
 FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w CROSS JOIN logged AS l;
 
@@ -361,10 +363,11 @@ SELECT count(*) AS cancelled FROM changed CROSS JOIN died CROSS JOIN logged;
 
 -- name: expire_leases
 -- The reaper: end leases whose time is up (optionally only in one queue) with
--- tickler_end_expired_leases() (migration 0014), which claims, replace, debounce, reschedule and
--- cancel also use when they meet such a lease: the event is claimable again and the attempt counts
--- as a redelivery; an event whose last allowed attempt it was is finished as dead.
--- The expired leases are read in tickler_lease (migration 0060: the events in flight only).
+-- tickler_end_expired_leases() (scheduler/database/finishing.sql), which claims, replace,
+-- debounce, reschedule and cancel also use when they meet such a lease: the event is claimable
+-- again and the attempt counts as a redelivery; an event whose last allowed attempt it was is
+-- finished as dead.
+-- The expired leases are read in tickler_lease (the events in flight only).
 SELECT x.id, x.queue, x.exhausted
 FROM tickler_end_expired_leases(ARRAY(
     SELECT l.event_id FROM tickler_lease AS l
@@ -386,8 +389,9 @@ SELECT state, sum(n)::bigint AS n FROM tickler_queue_count WHERE queue = :queue 
 
 -- name: queue_live_counts
 -- The time-dependent counts of a queue: events under a live lease, and open events whose time
--- has come (due) that are not under a live lease (tickler_live_counts, migration 0020: through
--- indexes only; the clock goes in as an expression so that the planner sees its value).
+-- has come (due) that are not under a live lease (tickler_live_counts in
+-- scheduler/database/counters.sql: through indexes only; the clock goes in as an expression so
+-- that the planner sees its value).
 SELECT c.in_flight, c.due FROM tickler_live_counts(:queue, coalesce(CAST(:now AS timestamptz), now())) AS c;
 
 -- name: wait_for_history_pass
@@ -396,7 +400,7 @@ SELECT c.in_flight, c.due FROM tickler_live_counts(:queue, coalesce(CAST(:now AS
 SELECT pg_advisory_xact_lock(hashtext('tickler.history'));
 
 -- name: maintain_history
--- The history's maintenance pass (tickler_maintain_history, migrations 0021 and 0074): day
+-- The history's maintenance pass (tickler_maintain_history, scheduler/database/history.sql): day
 -- partitions created ahead with a part per retention class, rows in the default partitions given
 -- their day, the parts of days past their queues' retention dropped.
 SELECT m.created, m.dropped
@@ -501,7 +505,7 @@ SELECT name FROM tickler_queue WHERE name = ANY(CAST(:queues AS text[])) ORDER B
 -- The earliest schedule_on among claimable events of these queues (NULL: none). Events of a
 -- group that holds a live lease are not claimable until it ends (its end wakes dispatchers).
 -- Also the database's clock at the time of the read. Ungrouped events: tickler_first_claimable(),
--- one probe of the priority index per level (migration 0071).
+-- one probe of the priority index per level.
 SELECT min(next_on) AS next_on, clock_timestamp() AS db_now FROM (
     SELECT tickler_first_claimable(q) AS next_on
     FROM unnest(CAST(:queues AS text[])) AS q
@@ -518,13 +522,13 @@ SELECT min(next_on) AS next_on, clock_timestamp() AS db_now FROM (
 UPDATE tickler_queue SET next_wake = :next_wake WHERE name = ANY(CAST(:queues AS text[]));
 
 -- fragment: claim_ended_leases
--- The end of claim_events_round_robin and of tickler_claim_events() (migration 0067, latest 0073, which holds
--- claim_events' statement), the same text in both: change both together. Each defines `clock`,
--- `expired` (the queue's expired leases it locked: id, the lease's columns, attempt, dies) and
--- `chosen` (the unleased events it locked, in order: id) before it. `died` ends the expired leases
--- that were their events' last attempt (tickler_end_expired_leases); `claimed` leases the others
--- and the chosen events, at most :limit; `logged` writes the 'lease_expired' entry of each
--- expired lease the claim ended.
+-- The end of claim_events_round_robin and of tickler_claim_events() (which holds claim_events'
+-- statement, in scheduler/database/claiming.sql), the same text in both: change both together.
+-- Each defines `clock`, `expired` (the queue's expired leases it locked: id, the lease's columns,
+-- attempt, dies) and `chosen` (the unleased events it locked, in order: id) before it. `died` ends
+-- the expired leases that were their events' last attempt (tickler_end_expired_leases); `claimed`
+-- leases the others and the chosen events, at most :limit; `logged` writes the 'lease_expired'
+-- entry of each expired lease the claim ended.
 died AS (  -- the function is called only when one dies (it is planned at every call)
     SELECT count(*) AS n
     FROM tickler_end_expired_leases(ARRAY(SELECT id FROM expired WHERE dies), 'tickler', (SELECT now FROM clock))
@@ -570,8 +574,9 @@ logged AS (  -- the expired leases this claim ended
 -- read from its first due event on, and the claim stops reading once it has :limit events (the
 -- levels and their scans are pulled lazily), so a batch never takes a lower level's event while
 -- a higher level has due events it could take.
--- The statement is tickler_claim_events() (migration 0067): a PL/pgSQL function planned once per
--- session on a generic plan, where a prepared statement with LIMIT :limit was planned at every call.
+-- The statement is tickler_claim_events() (scheduler/database/claiming.sql): a PL/pgSQL function
+-- planned once per session on a generic plan, where a prepared statement with LIMIT :limit would
+-- be planned at every call.
 -- Every row also says whether the queue has group work (`groups_due`, tickler_groups_due: asked
 -- once, in the snapshot of the claim), which spares the dispatcher a statement of its own.
 WITH groups AS MATERIALIZED (  -- one call, not one per row
@@ -586,13 +591,14 @@ ORDER BY (r.event).priority DESC, (r.event).schedule_on, (r.event).id;
 -- name: claim_events_round_robin
 -- Lease up to :limit due, ungrouped events of a fair-share queue without a cap (fair_share, no
 -- max_in_flight_per_key, max_in_flight or rate), one lease each, in one autocommit statement like
--- claim_events: no flow lock, because the cursor is a hint, not a limit. Events whose lease
--- expired are taken first, as in claim_events; the rest is what tickler_fair_pick() hands out
--- (migration 0047: priority levels from the highest, round robin across fairness keys within a
--- level, locked with SKIP LOCKED), in that order. Two claims that run at once both start from the
--- cursor: SKIP LOCKED hands them different events (a key may then give one event to each), and
--- the cursor keeps the move of one of them. The statement takes nothing from a paused or limited
--- queue (those are claimed under the flow lock, whatever a caller believes the settings are).
+-- claim_events: no flow lock, because the cursor is a hint, not a limit. Events whose lease expired
+-- are taken first, as in claim_events; the rest is what tickler_fair_pick() hands out
+-- (scheduler/database/claiming.sql: priority levels from the highest, round robin across fairness
+-- keys within a level, locked with SKIP LOCKED), in that order. Two claims that run at once both
+-- start from the cursor: SKIP LOCKED hands them different events (a key may then give one event to
+-- each), and the cursor keeps the move of one of them. The statement takes nothing from a paused or
+-- limited queue (those are claimed under the flow lock, whatever a caller believes the settings
+-- are).
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 open_to_us AS (
     SELECT true AS ok FROM tickler_queue AS q
@@ -603,8 +609,9 @@ expired AS (  -- leases whose time is up (the lease test of expiry, as in claim_
     SELECT e.id, e.lease_id, e.claimed_by, e.lease_expires_on, e.claimed_on, e.claimed_expires_on,
            e.redeliver_count + 1 AS attempt,
            tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts) AS dies
-    -- the queue's expired leases, from the lease table (migration 0060), then their rows, each
-    -- found by its primary key (a join, so that no plan reads the claimable indexes whole for them)
+    -- the queue's expired leases, from the lease table (the events in flight only), then their
+    -- rows, each found by its primary key (a join, so that no plan reads the claimable indexes
+    -- whole for them)
     FROM (SELECT l.event_id FROM tickler_lease AS l
           WHERE l.queue = :queue AND l.group_key IS NULL AND l.expires_on <= (SELECT now FROM clock)
           ORDER BY l.expires_on LIMIT :limit) AS x
@@ -632,12 +639,12 @@ LEFT JOIN expired AS x ON x.id = c.id LEFT JOIN picked AS p ON true
 ORDER BY x.id IS NULL, array_position(p.ids, c.id), c.id;
 
 -- name: claim_events_fair
--- Lease the ungrouped events tickler_fair_pick() hands out (migration 0045: priority levels from
--- the highest, round robin across fairness keys within a level, at most each key's room under
--- max_in_flight_per_key), one lease each. Only under the queue's flow lock, after its expired
--- leases were ended (expire_leases); due at the lock's time (:now is never NULL here). The leases
--- start when the pick is done (clock_timestamp() after it, unless a test fixes the time with
--- :claimed_at): a lease the pick saw ended, ended before the new ones began, so the timeline's
+-- Lease the ungrouped events tickler_fair_pick() hands out (scheduler/database/claiming.sql:
+-- priority levels from the highest, round robin across fairness keys within a level, at most each
+-- key's room under max_in_flight_per_key), one lease each. Only under the queue's flow lock, after
+-- its expired leases were ended (expire_leases); due at the lock's time (:now is never NULL here).
+-- The leases start when the pick is done (clock_timestamp() after it, unless a test fixes the time
+-- with :claimed_at): a lease the pick saw ended, ended before the new ones began, so the timeline's
 -- intervals show the per-key cap as the pick held it.
 WITH picked AS MATERIALIZED (
     SELECT tickler_fair_pick(:queue, CAST(:now AS timestamptz), :limit, CAST(:cap AS integer)) AS ids
@@ -683,7 +690,7 @@ recent AS (
     WHERE w.at > clock.now - make_interval(secs => s.window_seconds)
 )
 SELECT s.*, clock.now AS db_now,
-       -- live leases in the lease table (migration 0060): one lease per ungrouped event, one per group
+       -- live leases in the lease table: one lease per ungrouped event, one per group
        CASE WHEN s.max_in_flight IS NULL THEN NULL ELSE s.max_in_flight - (
            SELECT count(*) FILTER (WHERE l.group_key IS NULL)
                   + count(DISTINCT l.lease_id) FILTER (WHERE l.group_key IS NOT NULL)
@@ -713,8 +720,8 @@ SELECT coalesce(tickler_first_claimable(:queue) <= coalesce(CAST(:now AS timesta
 
 -- name: has_due_groups
 -- Whether a queue has due, unleased grouped events, or grouped events whose lease expired: a
--- group claim opens its transaction only then (tickler_groups_due, migration 0068; the ungrouped
--- claims return the same answer as `groups_due`).
+-- group claim opens its transaction only then (tickler_groups_due in
+-- scheduler/database/claiming.sql; the ungrouped claims return the same answer as `groups_due`).
 SELECT tickler_groups_due(:queue, CAST(:now AS timestamptz), CAST(:flow AS boolean)) AS found;
 
 -- name: lock_due_groups
@@ -745,9 +752,9 @@ due AS (
      LIMIT :scan)
 ),
 -- A group is one unit with the highest priority among its due events (SPEC §10), then its first
--- due time. Its events share one fairness key (migration 0045): with max_in_flight_per_key
--- (:cap), a group is a candidate only while its key has room, and the groups of one key that
--- this claim may take are numbered against that room.
+-- due time. Its events share one fairness key (tickler_check_group_fairness): with
+-- max_in_flight_per_key (:cap), a group is a candidate only while its key has room, and the
+-- groups of one key that this claim may take are numbered against that room.
 groups AS MATERIALIZED (
     SELECT d.group_key, max(d.priority) AS priority, min(d.schedule_on) AS first_due,
            min(d.fairness_key) AS fairness_key
@@ -822,15 +829,15 @@ SELECT c.*, 'in_flight' AS status FROM claimed AS c ORDER BY c.group_key, c.sche
 -- Finish every event of these live leases as delivered; returns the leases that were finished.
 -- A lease that expired, was re-claimed or was already finished matches nothing (fencing).
 -- The busiest finish moves its rows itself: deleted from the open events and inserted, finished,
--- into the history (no intermediate version of the row is written; see tickler_event_updated, 0065).
--- Each history row is its own `delivered` entry (migration 0072): it takes the entry's id from
--- the timeline's sequence, and tickler_timeline_all shows the row the timeline would have held.
--- With trace ids (not kept in history) the entries are written to the timeline, as before.
+-- into the history (no intermediate version of the row is written; see tickler_event_updated in
+-- scheduler/database/event_triggers.sql). Each history row is its own `delivered` entry: it takes
+-- the entry's id from the timeline's sequence, and tickler_timeline_all shows the row the timeline
+-- would have held. With trace ids (not kept in history) the entries are written to the timeline.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 finished AS (
     DELETE FROM tickler_event AS e
     USING clock
-    -- the leases' events by the lease table's primary key (migration 0060), checked on the row.
+    -- the leases' events by the lease table's primary key, checked on the row.
     -- `outcome IS NULL` is "open" (check finished_has_outcome): said with dequeued_on, it would
     -- let the planner prefer a partial index of open events, scanned whole for these ids.
     WHERE e.id = ANY(ARRAY(SELECT l.event_id FROM tickler_lease AS l WHERE l.lease_id = ANY(CAST(:lease_ids AS uuid[]))))
@@ -983,7 +990,7 @@ LIMIT 1;
 -- name: lease_fate
 -- Why a lease can no longer be finished, for the 409 of a stale ack, nack or extend: 'expired'
 -- when its events are still under it, open, past its expiry (nobody claimed them since), else
--- NULL. Only what the lease table answers (migration 0060): finished events are not in it, so an
+-- NULL. Only what the lease table answers: finished events are not in it, so an
 -- ack that already landed is told by the key's timeline (the client reads it), not by a scan here.
 SELECT 'expired'
 FROM tickler_lease

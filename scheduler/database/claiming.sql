@@ -50,7 +50,7 @@ BEGIN
                e.redeliver_count + 1 AS attempt,
                tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts) AS dies
         FROM tickler_event AS e
-        -- the queue's expired leases, from the lease table (the events in flight only), then their rows
+        -- the queue's expired leases, from the lease table (in-flight events only), then their rows
         WHERE e.id = ANY(ARRAY(
                 SELECT l.event_id FROM tickler_lease AS l
                 WHERE l.queue = p_queue AND l.group_key IS NULL AND l.expires_on <= (SELECT now FROM clock)

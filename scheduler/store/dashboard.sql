@@ -7,8 +7,8 @@ SET LOCAL jit = off;
 
 -- name: overview
 -- Each queue (or those named) with its counts by state from the trigger-kept counters, and the
--- time-dependent counts and the oldest due, unleased event from tickler_live_counts (migration
--- 0020, through indexes only).
+-- time-dependent counts and the oldest due, unleased event from tickler_live_counts
+-- (scheduler/database/counters.sql, through indexes only).
 SELECT q.name, q.delivery_mode, q.paused, q.max_in_flight, q.rate_per_second,
        coalesce(c.open, 0) AS open, coalesce(c.delivered, 0) AS delivered,
        coalesce(c.cancelled, 0) AS cancelled, coalesce(c.dead, 0) AS dead,
@@ -28,7 +28,7 @@ ORDER BY q.name;
 
 -- name: minutes
 -- Deliveries and failed attempts per minute of the last hour, from the rollup kept by the
--- timeline's trigger (migrations/0012_dashboard.sql).
+-- triggers of the timeline and history (scheduler/database/counters.sql).
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
 SELECT s.queue, s.minute, sum(s.delivered)::bigint AS delivered, sum(s.failed)::bigint AS failed
 FROM tickler_minute_stat AS s CROSS JOIN clock
@@ -38,7 +38,7 @@ WHERE (CAST(:names AS text[]) IS NULL OR s.queue = ANY(CAST(:names AS text[])))
 GROUP BY s.queue, s.minute;
 
 -- name: live_leases
--- Leases in flight, oldest claim first, from the lease table (migration 0060: leased events only)
+-- Leases in flight, oldest claim first, from the lease table (leased events only)
 -- and their rows by primary key.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
 SELECT e.lease_id, e.queue, min(e.claimed_by) AS claimed_by, min(e.claimed_on) AS claimed_on,

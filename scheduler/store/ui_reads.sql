@@ -2,10 +2,10 @@
 
 -- name: timeline_page
 -- One page of a key's timeline, newest first: the `limit` newest timeline rows before the row
--- `before` (keyset on the primary key (queue, item_key, id)), with the `claimed` entry each row
--- carries (tickler_timeline_entry, migration 0016); the first page also has the running lease's
--- `claimed` entry, which has no row of its own yet (id NULL).
-WITH page AS (  -- with the deliveries that are history rows (0072)
+-- `before` (keyset on the key's index (queue, item_key, id)), with the `claimed` entry each row
+-- carries (tickler_timeline_entry, scheduler/database/history.sql); the first page also has the
+-- running lease's `claimed` entry, which has no row of its own yet (id NULL).
+WITH page AS (  -- with the deliveries that are history rows (tickler_timeline_all)
     SELECT t.id FROM tickler_timeline_newest(:queue, :item_key, false, NULL, CAST(:before AS bigint), CAST(:limit AS integer)) AS t
 )
 SELECT e.id, e.step, e.at, e.action, e.actor, e.event_id, e.schedule_on, e.details

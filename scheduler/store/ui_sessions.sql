@@ -1,4 +1,4 @@
--- Dashboard sessions (migration 0030): started at sign-in, ended at sign-out or at a fixed time.
+-- Dashboard sessions (tickler_ui_session): started at sign-in, ended at sign-out or at a fixed time.
 
 -- name: start_ui_session
 -- A new session of a token, ending at a fixed time; sessions that ran out are swept on the way.
