@@ -1,5 +1,5 @@
-"""Real local HTTP receivers for webhook tests (and the webhook burst benchmark): one answers from a
-script and records what it got; the modest one is the plain receiver a new user writes first."""
+"""Real local HTTP receivers for webhook tests: one answers from a script and records what it got;
+the modest one is the plain receiver a new user writes first."""
 
 from __future__ import annotations
 

@@ -59,5 +59,5 @@ def test_a_burst_due_at_one_instant_reaches_a_plain_receiver_whole_with_no_faile
     outcomes = raw.execute("SELECT outcome, redeliver_count, count(*) FROM tickler_event_all GROUP BY 1, 2").fetchall()
     assert outcomes == [("delivered", 0, BURST)]
     assert len(arrived) == BURST
-    # Lateness is measured in bench/ (webhook burst scenario), not asserted here; shown for the record.
+    # Lateness is not asserted here (it moves with the machine's load); shown for the record.
     print(f"burst lateness: last arrival {max(arrived.values()) - due.timestamp():.3f} s after the due time")
