@@ -1,4 +1,10 @@
-"""Where the database is: an external PostgreSQL by URL, or an embedded one (pgserver) on disk."""
+"""Where the database is: an external PostgreSQL by URL, or an embedded one (pgserver) on disk;
+the engine whose pool holds its connections; and the one translation of the driver's errors.
+
+A named query runs one way (sql.run on a psycopg connection): alone with driver_rows, or in a
+transaction of driver_connection, on a connection of the engine's pool. SQLAlchemy is the pool
+(and the disconnect and stale-statement handling around it); the store's multi-statement
+transactions still run q() statements through SQLAlchemy connections of the same pool."""
 
 from __future__ import annotations
 
@@ -10,7 +16,6 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
-from psycopg.rows import dict_row, tuple_row
 from sqlalchemy.engine import make_url
 
 # Reaching the database without SQLAlchemy lives in connect.py; its names are the store's too.
@@ -22,6 +27,7 @@ from tickler.scheduler.connect import (
     libpq_url,
     start_embedded,
 )
+from tickler.scheduler.sql import run
 
 __all__ = ["EMBEDDED_DATABASE", "NoDatabase", "embedded_data_exists", "libpq_url", "start_embedded"]
 
@@ -152,25 +158,33 @@ def unavailable_reason(error: BaseException) -> str | None:
 
 
 def driver_error(
-    error: psycopg.Error, statement: str, params: Mapping[str, Any], *, invalidated: bool = False
-) -> sa.exc.DBAPIError:
+    error: psycopg.Error, statement: str | None, params: Mapping[str, Any] | None, *, invalidated: bool = False
+) -> sa.exc.StatementError:
     """A driver error as SQLAlchemy's (OperationalError, IntegrityError, ...), as any statement
-    run through SQLAlchemy raises it: what the API's error handlers and unavailable_reason read."""
-    return sa.exc.DBAPIError.instance(statement, dict(params), error, psycopg.Error, connection_invalidated=invalidated)
+    run through SQLAlchemy raises it: what the API's error handlers and unavailable_reason read.
+    The one translation of the driver's errors: every statement runs on a connection of the
+    engine's pool, through SQLAlchemy (which translates its own) or through driver_connection."""
+    return sa.exc.DBAPIError.instance(
+        statement, None if params is None else dict(params), error, psycopg.Error, connection_invalidated=invalidated
+    )
 
 
 @contextmanager
 def driver_connection(
-    engine: sa.Engine, statement: str, params: Mapping[str, Any], *, autocommit: bool = False
+    engine: sa.Engine,
+    statement: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    *,
+    autocommit: bool = False,
 ) -> Iterator[psycopg.Connection[Any]]:
-    """A pooled connection's psycopg connection, for a hot path that needs none of SQLAlchemy's
-    statement and result processing: in one transaction, committed when the block ends (or, with
-    `autocommit`, each statement its own: one round trip). A driver error comes out as
-    SQLAlchemy's (IntegrityError, OperationalError, ...) for `statement` and `params`, as from any
-    other statement, after the transaction is rolled back; a connection that broke is dropped
-    from the pool. So does a connection the server refuses to open (too many clients, starting
-    up, unreachable): the pool opens connections with the driver, outside SQLAlchemy's
-    translation of the statements it runs."""
+    """A pooled connection's psycopg connection, on which the block runs named queries with
+    sql.run: in one transaction, committed when the block ends (or, with `autocommit`, each
+    statement its own: one round trip). A driver error comes out as SQLAlchemy's
+    (IntegrityError, OperationalError, ...) for `statement` and `params` (the block's main
+    statement, named in the error's message), as from any other statement, after the
+    transaction is rolled back; a connection that broke is dropped from the pool. So does a
+    connection the server refuses to open (too many clients, starting up, unreachable): the pool
+    opens connections with the driver, outside SQLAlchemy's translation of the statements it runs."""
     try:
         fairy = engine.raw_connection()
     except psycopg.Error as error:
@@ -205,21 +219,20 @@ def driver_connection(
         fairy.close()
 
 
-def driver_rows(engine: sa.Engine, statement: str, params: dict[str, Any], *, tuples: bool = False) -> list[Any]:
-    """Run one statement in its own transaction (autocommit) on the driver (driver_connection),
-    prepared, its rows as dicts (`tuples`: as tuples). A statement that a migration made stale on
-    its connection (stale_prepared_statement: refused before it ran, so nothing was done) runs
-    again once, on a new connection: the pool's idle connections, which prepared the same
-    statements, are closed first (as SQLAlchemy does for its own statements, see
-    _drop_stale_prepared_statements)."""
+def driver_rows(
+    engine: sa.Engine, statement: str, params: Mapping[str, Any] | None = None, *, tuples: bool = False
+) -> list[Any]:
+    """Run one statement (sql.driver_sql(name)) in its own transaction (autocommit) on a pooled
+    connection (driver_connection), prepared, its rows as dicts (`tuples`: as tuples): sql.run.
+    A statement that a migration made stale on its connection (stale_prepared_statement: refused
+    before it ran, so nothing was done) runs again once, on a new connection: the pool's idle
+    connections, which prepared the same statements, are closed first (as SQLAlchemy does for its
+    own statements, see _drop_stale_prepared_statements)."""
+    params = params or {}
     for attempt in (1, 2):
         try:
-            with (
-                driver_connection(engine, statement, params, autocommit=True) as conn,
-                conn.cursor(row_factory=tuple_row if tuples else dict_row) as cursor,
-            ):
-                cursor.execute(statement, params, prepare=True)
-                return cursor.fetchall()
+            with driver_connection(engine, statement, params, autocommit=True) as conn:
+                return run(conn, statement, params, tuples=tuples)
         except sa.exc.DBAPIError as error:
             if attempt == 2 or not stale_prepared_statement(error):
                 raise

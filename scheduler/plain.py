@@ -1,41 +1,23 @@
 """Read-only queries over one plain psycopg connection, for the command line's listings.
 
-The same named queries as the store (scheduler/*.sql), with their `:name` parameters spelled as
-psycopg's `%(name)s`, and no SQLAlchemy: importing it is most of a short command's start-up
-(`tickler queues list` reads two queries and exits).
+The same named queries as the store (scheduler/*.sql), run the same way (sql.run), over the
+command's own connection instead of the engine's pool: no SQLAlchemy, whose import is most of a
+short command's start-up (`tickler queues list` reads two queries and exits).
 """
 
 from __future__ import annotations
 
-import re
-from functools import cache
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
-from tickler.scheduler.sql import sources
-
-# SQLAlchemy's text() reads a bind parameter as a colon and a name, not after another colon or a
-# word character (`::text` casts, `10:30`) and not before a colon; `\:` is a literal colon.
-_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
-
-
-def pyformat(sql: str) -> str:
-    """A query of the SQL files in psycopg's parameter style."""
-    return _BIND.sub(r"%(\1)s", sql.replace("%", "%%")).replace("\\:", ":")
-
-
-@cache
-def query(name: str) -> str:
-    return pyformat(sources()[name])
+from tickler.scheduler.sql import driver_sql, run
 
 
 def fetch(conn: psycopg.Connection, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of the named query, as dicts."""
-    with conn.cursor(row_factory=dict_row) as cursor:
-        cursor.execute(query(name), params)
-        return cursor.fetchall()
+    """The rows of the named query, as dicts (sql.run, as the store runs it; not prepared: a
+    command runs each query once)."""
+    return run(conn, driver_sql(name), params, prepare=None)
 
 
 def gauge_values(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,19 +1,31 @@
-"""Loads the named queries of the package's SQL files once, as SQLAlchemy `text()` statements.
+"""The named queries of the package's SQL files, and the one way they run.
 
 `queries.sql` holds the event life cycle; other `*.sql` files beside it hold one area each
-(e.g. `operations.sql`). A name may be defined once across all of them.
+(e.g. `operations.sql`). A name may be defined once across all of them. Only the files directly
+in the package are read, not those of its folders.
 
 A `-- fragment: x` block of a file is no query: a line `-- include: x` of a query of the same file
-is replaced by its text (e.g. CTEs that several statements share word for word)."""
+is replaced by its text (e.g. CTEs that several statements share word for word).
+
+A query runs on a psycopg connection with `run(conn, driver_sql(name), params)`: prepared, its rows
+as dicts or tuples. The connection is a pooled one of the store's engine (db.driver_rows and
+db.driver_connection, which also translate the driver's errors as SQLAlchemy's for the API), or
+the command line's own (plain.py). Neither this module nor plain.py imports SQLAlchemy: a short
+command starts without it. `q(name)`, the query as a SQLAlchemy `text()` statement, is for the
+statements that still run through a SQLAlchemy connection (see db.py)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from psycopg.rows import dict_row, tuple_row
 
 if TYPE_CHECKING:
+    import psycopg
     import sqlalchemy as sa
 
 _NAME = re.compile(r"^-- name: ([a-z_]+)\s*$")
@@ -85,10 +97,38 @@ def q(name: str) -> sa.TextClause:
     return queries()[name]
 
 
+# SQLAlchemy's text() reads a bind parameter as a colon and a name, not after another colon or a
+# word character (`::text` casts, `10:30`) and not before a colon; `\:` is a literal colon.
+_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
+
+
+def pyformat(sql: str) -> str:
+    """A query of the SQL files in psycopg's parameter style (`%(name)s`), read as SQLAlchemy's
+    text() reads it."""
+    return _BIND.sub(r"%(\1)s", sql.replace("%", "%%")).replace("\\:", ":")
+
+
 @cache
 def driver_sql(name: str) -> str:
-    """The named query in psycopg's own placeholders (`%(name)s`), for a hot path that runs it on
-    the driver's connection directly (no SQLAlchemy statement or result processing)."""
-    from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
+    """The named query in psycopg's own placeholders (`%(name)s`), for run() (KeyError names the
+    missing query)."""
+    return pyformat(sources()[name])
 
-    return str(q(name).compile(dialect=pg_psycopg.dialect()))  # type: ignore[no-untyped-call]
+
+def run(
+    conn: psycopg.Connection[Any],
+    statement: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    tuples: bool = False,
+    prepare: bool | None = True,
+) -> list[Any]:
+    """Run one statement (driver_sql(name)) on a psycopg connection, prepared (on the connection,
+    once: a statement run again skips parsing and planning); its rows as dicts (`tuples`: as
+    tuples), [] for a statement that returns none. `prepare=None`: psycopg's own choice (after a
+    few runs), for a connection that runs each statement once (preparing costs a round trip).
+    Errors are the driver's: db.driver_connection translates them for the store."""
+    with conn.cursor(row_factory=tuple_row if tuples else dict_row) as cursor:
+        cursor.execute(statement, params, prepare=prepare)
+        # rownumber is None when the statement returned no rows at all (description builds a list)
+        return cursor.fetchall() if cursor.rownumber is not None else []

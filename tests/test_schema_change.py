@@ -4,9 +4,9 @@ psycopg prepares the statements a connection runs often, and PostgreSQL refuses 
 statement whose result row type changed since ("cached plan must not change result type"): after
 a migration adds a column to tickler_event and tickler_event_history (as 0040 and 0045 did), every
 statement returning whole event rows failed on every connection of a process that was running.
-Now the hot paths (driver_rows) run such a statement again on a new connection, and any other
-statement's call is answered as "try again" (503 with Retry-After in the API) once, with the pool
-dropped so that the next call prepares afresh."""
+Now a statement run alone by driver_rows (the store's single named queries) runs again on a new
+connection, and a statement through SQLAlchemy's connection is answered as "try again" (503 with
+Retry-After in the API) once, with the pool dropped so that the next call prepares afresh."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tickler.config import Settings
 from tickler.scheduler.db import create_engine, driver_rows, libpq_url, unavailable_reason
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent
+from tickler.scheduler.sql import q
 from tickler.scheduler.store import QueueSettings, Store
 
 ADD_A_COLUMN = (
@@ -82,22 +83,27 @@ def test_any_other_statement_prepared_before_a_column_was_added_is_try_again_onc
 ) -> None:
     store, raw = own_database
     queue = store.queues.put("emails", QueueSettings(), Settings()).queue
-    store.events.schedule_batch(queue, [NewEvent(item_key="k", data={})], actor="app")
-    [lease] = store.leases.claim(queue, worker="w", limit=1)
-    assert store.leases.ack([lease.lease_id])
-    for _ in range(8):  # through SQLAlchemy; psycopg prepares a statement from its sixth run on
-        assert store.events.get("emails", "k").status == "delivered"
+    store.events.schedule_batch(queue, [NewEvent(item_key="k", data={}, delay_seconds=3600)], actor="app")
+    params = {"queue": "emails", "item_key": "k", "now": None}
+
+    def open_event() -> Any:
+        # A statement returning whole event rows, run through SQLAlchemy on its own (autocommit).
+        with store.engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+            return conn.execute(q("get_open_event"), params).mappings().one()
+
+    for _ in range(8):  # psycopg prepares a statement from its sixth run on
+        assert open_event()["item_key"] == "k"
 
     for statement in ADD_A_COLUMN:
         raw.execute(statement)
 
     # This call is "try again" (the API answers 503 with Retry-After), and the pool is dropped ...
     with pytest.raises(sa.exc.DBAPIError) as refused:
-        store.events.get("emails", "k")
+        open_event()
     assert unavailable_reason(refused.value) == "schema_changed"
     assert refused.value.connection_invalidated
     # ... so that the next call prepares the statement anew.
-    assert store.events.get("emails", "k").status == "delivered"
+    assert open_event()["added_later"] is None
 
 
 def test_a_driver_statement_stale_on_every_pooled_connection_runs_on_a_new_one(

@@ -7,10 +7,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tickler.scheduler.db import driver_rows
 from tickler.scheduler.rules import format_timestamp
+from tickler.scheduler.sql import pyformat
 
 # Kept beside its only caller: it reads the archive's tables (migrations/0003_archive.sql).
-_ARCHIVED_HISTORY = sa.text(
+_ARCHIVED_HISTORY = pyformat(
     """
     SELECT k.archived_through, k.events, k.archive_id, k.first_archive_id, r.location
     FROM tickler_archived_key AS k
@@ -20,7 +22,7 @@ _ARCHIVED_HISTORY = sa.text(
 )
 
 
-def archived_history(bind: sa.Engine | sa.Connection, queue: str, item_key: str) -> dict[str, Any] | None:
+def archived_history(engine: sa.Engine, queue: str, item_key: str) -> dict[str, Any] | None:
     """Where the archived part of a key's timeline is, or None when none of it was archived.
 
     Returns {"location", "timeline", "archived_through", "archived_events", "archive_id",
@@ -28,14 +30,10 @@ def archived_history(bind: sa.Engine | sa.Connection, queue: str, item_key: str)
     archive's root (rows of runs `first_archive_id` to `archive_id`, column `run`; filter on item_key),
     `archived_through` the latest finish time (RFC 3339) among its archived events.
     """
-    params = {"queue": queue, "item_key": item_key}
-    if isinstance(bind, sa.Engine):
-        with bind.connect() as conn:
-            row = conn.execute(_ARCHIVED_HISTORY, params).mappings().first()
-    else:
-        row = bind.execute(_ARCHIVED_HISTORY, params).mappings().first()
-    if row is None:
+    rows = driver_rows(engine, _ARCHIVED_HISTORY, {"queue": queue, "item_key": item_key})
+    if not rows:
         return None
+    row = rows[0]
     return {
         "location": row["location"],
         "timeline": f"{row['location']}/timeline/queue={queue}",

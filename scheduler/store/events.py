@@ -349,40 +349,33 @@ class EventStore(EventOperations):
 
     def get(self, queue: str, item_key: str, *, now: datetime | None = None) -> Event:
         """The open event of the key, else its most recent one."""
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            row = (
-                conn.execute(q("get_latest_event"), {"queue": queue, "item_key": item_key, "now": now})
-                .mappings()
-                .first()
-            )
-            if row is None:
-                # "never seen" and "moved to the archive" are different answers for the caller
-                archived = archived_history(conn, queue, item_key)
-                if archived is not None:
-                    raise Archived(
-                        f"Every event with key {item_key!r} in queue {queue!r} was archived "
-                        f"(through {archived['archived_through']}, under {archived['location']}).",
-                        archived=archived,
-                    )
-                raise NotFound(f"No event with key {item_key!r} in queue {queue!r}.")
-        return Event.from_row(row)
+        rows = self.rows("get_latest_event", {"queue": queue, "item_key": item_key, "now": now})
+        if not rows:
+            # "never seen" and "moved to the archive" are different answers for the caller
+            archived = archived_history(self.engine, queue, item_key)
+            if archived is not None:
+                raise Archived(
+                    f"Every event with key {item_key!r} in queue {queue!r} was archived "
+                    f"(through {archived['archived_through']}, under {archived['location']}).",
+                    archived=archived,
+                )
+            raise NotFound(f"No event with key {item_key!r} in queue {queue!r}.")
+        return Event.from_row(rows[0])
 
     def get_many(self, queue: str, item_key: str, ids: Sequence[int], *, now: datetime | None = None) -> list[Event]:
         """Events of one key by id (those its timeline names), in the order of `ids`; ids that are
         not the key's, or no longer kept, are left out."""
         params = {"queue": queue, "item_key": item_key, "ids": list(ids), "now": now}
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            rows = conn.execute(q("get_events_by_id"), params).mappings().all()
+        rows = self.rows("get_events_by_id", params)
         by_id = {row["id"]: Event.from_row(row) for row in rows}
         return [by_id[i] for i in ids if i in by_id]
 
     def timeline(self, queue: str, item_key: str) -> list[TimelineEntry]:
         """The key's timeline entries still in PostgreSQL, oldest first. Empty when all of them
         were archived (see archived()); NotFound when the key was never seen."""
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            rows = conn.execute(q("timeline"), {"queue": queue, "item_key": item_key}).mappings().all()
-            if not rows and archived_history(conn, queue, item_key) is None:
-                raise NotFound(f"Key {item_key!r} was never seen in queue {queue!r}.")
+        rows = self.rows("timeline", {"queue": queue, "item_key": item_key})
+        if not rows and archived_history(self.engine, queue, item_key) is None:
+            raise NotFound(f"Key {item_key!r} was never seen in queue {queue!r}.")
         return [TimelineEntry(**row) for row in rows]
 
     def archived(self, queue: str, item_key: str) -> dict[str, Any] | None:

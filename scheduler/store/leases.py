@@ -339,22 +339,15 @@ class LeaseStore(EngineStore):
         # PostgreSQL text cannot hold NUL, and error texts come from handlers and receivers
         # (exception messages, binary replies): a NUL must not make the failure unrecordable.
         error = error.replace("\x00", "\ufffd")
-        with self.autocommit.connect() as conn:
-            rows = (
-                conn.execute(
-                    q("fail_lease"),
-                    {
-                        "lease_id": lease_id,
-                        "error": error,
-                        "retry_in_seconds": retry_in_seconds,
-                        "dead": dead,
-                        "now": now,
-                        "trace_id": trace_id,
-                    },
-                )
-                .mappings()
-                .all()
-            )
+        params = {
+            "lease_id": lease_id,
+            "error": error,
+            "retry_in_seconds": retry_in_seconds,
+            "dead": dead,
+            "now": now,
+            "trace_id": trace_id,
+        }
+        rows = self.rows("fail_lease", params)
         if not rows:
             raise StaleLease("The lease expired, was finished, or never existed.")
         retried = [r for r in rows if not r["is_dead"]]
@@ -391,15 +384,13 @@ class LeaseStore(EngineStore):
 
     def queue_of(self, lease_id: str, *, now: datetime | None = None) -> str | None:
         """The queue of a live lease, or None."""
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            queue: str | None = conn.execute(q("lease_queue"), {"lease_id": lease_id, "now": now}).scalar()
-        return queue
+        rows = self.rows("lease_queue", {"lease_id": lease_id, "now": now}, tuples=True)
+        return rows[0][0] if rows else None
 
     def fate(self, lease_id: str) -> str:
         """What became of a lease that is no longer live (see lease_fate): `expired` or `unknown`."""
-        with self.autocommit.connect() as conn:
-            fate: str | None = conn.execute(q("lease_fate"), {"lease_id": lease_id}).scalar()
-        return fate or "unknown"
+        rows = self.rows("lease_fate", {"lease_id": lease_id}, tuples=True)
+        return (rows[0][0] if rows else None) or "unknown"
 
     def plan_sleep(self, queues: Sequence[str], *, max_seconds: float) -> SleepPlan:
         """Before a dispatcher sleeps: find its next due time and publish when it will look again.
@@ -413,8 +404,7 @@ class LeaseStore(EngineStore):
         # First a plain read: when the next event is due within SHORT_SLEEP, sleep until it
         # without the handshake, whose row lock and write cost a commit (a WAL flush) on every
         # claim cycle at high rates. An earlier event written meanwhile waits at most that long.
-        with self.autocommit.connect() as conn:
-            peek = conn.execute(q("next_due"), {"queues": names}).mappings().one()
+        [peek] = self.rows("next_due", {"queues": names})
         if peek["next_on"] is not None and peek["next_on"] - peek["db_now"] <= SHORT_SLEEP:
             wake_at = max(peek["next_on"], peek["db_now"] + DUE_NOW_RETRY)
             return SleepPlan(db_now=peek["db_now"], next_due=peek["next_on"], wake_at=wake_at)

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tickler.config import Settings
+from tickler.scheduler.db import driver_connection
 from tickler.scheduler.errors import Invalid, NotFound
 from tickler.scheduler.models import Queue
-from tickler.scheduler.sql import q
+from tickler.scheduler.sql import driver_sql, q, run
 from tickler.scheduler.store.operations import QueueOperations
 
 # Days of history a new queue keeps (SPEC §9).
@@ -69,28 +70,24 @@ class QueueStore(QueueOperations):
         return PutQueueResult(Queue.from_row(result), bool(result["created"]), new_secret)
 
     def get(self, name: str) -> Queue:
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            row = conn.execute(q("get_queue"), {"name": name}).mappings().first()
-        if row is None:
+        rows = self.rows("get_queue", {"name": name})
+        if not rows:
             raise NotFound(f"No queue named {name!r}.")
-        return Queue.from_row(row)
+        return Queue.from_row(rows[0])
 
     def webhook_queues(self) -> list[Queue]:
         """The queues whose events a dispatcher delivers by webhook."""
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            rows = conn.execute(q("webhook_queues")).mappings().all()
-        return [Queue.from_row(row) for row in rows]
+        return [Queue.from_row(row) for row in self.rows("webhook_queues")]
 
     def list(self, names: list[str] | None = None) -> list[Queue]:
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            rows = conn.execute(q("list_queues"), {"names": names}).mappings().all()
-        return [Queue.from_row(row) for row in rows]
+        return [Queue.from_row(row) for row in self.rows("list_queues", {"names": names})]
 
     def counts(self, name: str, now: datetime | None = None) -> dict[str, int]:
         """Events of the queue by status; reads counters and the small set of open, due rows."""
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            states = {row.state: row.n for row in conn.execute(q("queue_state_counts"), {"queue": name})}
-            live = conn.execute(q("queue_live_counts"), {"queue": name, "now": now}).mappings().one()
+        live_counts = {"queue": name, "now": now}
+        with driver_connection(self.engine, driver_sql("queue_live_counts"), live_counts, autocommit=True) as conn:
+            states = dict(run(conn, driver_sql("queue_state_counts"), {"queue": name}, tuples=True))
+            [live] = run(conn, driver_sql("queue_live_counts"), live_counts)
         open_events = int(states.get("open", 0))
         return {
             "pending": open_events - live["in_flight"],

@@ -7,7 +7,7 @@ selectivities (0.5 % for `lease_id IS NULL`), believes each condition of a claim
 and may read every open event for each claim (an index of the wrong order and a sort, or a
 partial index with the event ids as a filter). Measured with four workers draining 20,000 due
 events of a new database: 12 to 15 ms per claim of 10 events, against 1.7 ms once analyzed
-(bench/analysis.md, "Claims planned without statistics"). Autovacuum analyzes such a table only
+(PostgreSQL 15, 2026-11-24). Autovacuum analyzes such a table only
 at its next look at the database (`autovacuum_naptime`, a minute by default, longer when its
 workers are busy elsewhere); the dispatchers look every few seconds (scheduler/statistics.py).
 
@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from tickler.scheduler.sql import q
 from tickler.scheduler.store.base import EngineStore
 
 # Which tables: those that every claim reads. Fixed names, never input (they are quoted anyway).
@@ -58,17 +57,15 @@ class StatisticsStore(EngineStore):
             "growth": growth,
             "min_dead": min_dead,
         }
-        with self.autocommit.connect() as conn:
-            rows = conn.execute(q("hot_tables"), params).all()
         return [
             HotTable(
-                row.table_name,
-                int(row.rows_now),
-                None if row.rows_then < 0 else int(row.rows_then),
-                bool(row.stale),
-                bool(row.crowded),
+                row["table_name"],
+                int(row["rows_now"]),
+                None if row["rows_then"] < 0 else int(row["rows_then"]),
+                bool(row["stale"]),
+                bool(row["crowded"]),
             )
-            for row in rows
+            for row in self.rows("hot_tables", params)
         ]
 
     def analyze(self, table: str) -> None:

@@ -65,8 +65,7 @@ class TokenStore(EngineStore):
         return token, _info(row)
 
     def list(self) -> list[TokenInfo]:
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            return [_info(row) for row in conn.execute(q("list_tokens")).mappings()]
+        return [_info(row) for row in self.rows("list_tokens")]
 
     def revoke(self, token_id: int) -> TokenInfo | None:
         """Revoke a token (again: no change); None when there is no such token."""
@@ -75,8 +74,8 @@ class TokenStore(EngineStore):
         return _info(row) if row else None
 
     def authenticate(self, token: str) -> Principal | None:
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            row = conn.execute(q("find_token"), {"token_hash": hash_token(token)}).mappings().first()
-        if row is None:
+        rows = self.rows("find_token", {"token_hash": hash_token(token)})
+        if not rows:
             return None
+        row = rows[0]
         return Principal(name=row["principal"], is_admin=row["is_admin"], queues=frozenset(row["queues"]))
