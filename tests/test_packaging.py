@@ -1,7 +1,8 @@
 """The distribution installs one import package, `tickler`, so that a program embedding the worker
-(SPEC §5) keeps its own `config`, `api` or `cli`; the repository keeps its top-level folders, which
-tickler/ reaches by relative links (tickler/scheduler -> ../scheduler): each file has one module
-name, `tickler.scheduler.rules`, for Python and for the static tools alike."""
+(SPEC §5) keeps its own `config`, `api` or `cli`. The code lives under tickler/ (tickler/scheduler/,
+tickler/api/, ...), and each of those folders is also reached from the top of the repository by a
+relative link (scheduler -> tickler/scheduler): each file has one module name,
+`tickler.scheduler.rules`, for Python and for the static tools alike."""
 
 from __future__ import annotations
 
@@ -21,12 +22,12 @@ import pytest
 from tickler.pipeline import ship
 
 ROOT = Path(__file__).resolve().parent.parent
-# The top-level folders that are tickler's subpackages, each linked from tickler/.
+# tickler's subpackages, each linked from the top of the repository.
 FOLDERS = ("scheduler", "api", "commands", "config", "migrations", "pipeline")
 # The names a module of the repository was once imported by (`scheduler.rules`, `cli`).
 BARE_NAMES = {*FOLDERS, "cli", "wsgi"}
-# What the wheel is built from: the project's metadata, tickler/ and the folders its links reach.
-SOURCES = ("pyproject.toml", "README.md", "tickler", *FOLDERS)
+# What the wheel is built from: the project's metadata and tickler/.
+SOURCES = ("pyproject.toml", "README.md", "tickler")
 # What the Makefile installs with (`$(PIP)`): its environment, such as the warning it silences.
 MAKE_PIP = re.search(r"^PIP\s*:=\s*(.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
 
@@ -34,7 +35,7 @@ MAKE_PIP = re.search(r"^PIP\s*:=\s*(.*)$", (ROOT / "Makefile").read_text(), re.M
 def package_files() -> dict[str, Path]:
     """Every file of the package, by its path in a wheel: {"tickler/scheduler/rules.py": ..., ...}."""
     found = {}
-    for folder, dirs, names in os.walk(ROOT / "tickler", followlinks=True):
+    for folder, dirs, names in os.walk(ROOT / "tickler"):
         dirs[:] = [name for name in dirs if name != "__pycache__"]
         for name in names:
             path = Path(folder, name)
@@ -43,7 +44,7 @@ def package_files() -> dict[str, Path]:
 
 
 def copy_sources(destination: Path) -> None:
-    """The sources of a build, links kept as links (tickler/scheduler -> ../scheduler)."""
+    """The sources of a build."""
     destination.mkdir(parents=True, exist_ok=True)
     for name in SOURCES:
         if (ROOT / name).is_dir():
@@ -145,7 +146,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert {name.split("/")[0] for name in names} == {"tickler", "tickler-0.1.0.dist-info"}
-    # Every file under tickler/, its links followed: a new subpackage, SQL file or template ships too.
+    # Every file under tickler/: a new subpackage, SQL file or template ships too.
     sources = set(package_files())
     assert {
         "tickler/api/ui/templates/ui/base.html",
@@ -154,7 +155,6 @@ def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
         "tickler/scheduler/database/schema.sql",
     } <= sources
     assert sources - set(names) == set()
-    # Files, not links: the wheel holds the folders' contents under tickler/.
     assert not any(zipfile.ZipFile(wheel).getinfo(name).external_attr >> 28 == 0o12 for name in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "tickler = tickler.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -195,33 +195,30 @@ def test_a_program_with_its_own_config_and_api_embeds_the_installed_worker(
     assert command.returncode == 0 and "worker" in command.stdout, command.stderr
 
 
-def test_tickler_reaches_each_top_level_folder_by_one_relative_link() -> None:
-    """tickler/ holds cli.py, wsgi.py and one link for each folder (the folders stay where they
-    are); git keeps the links as links, so a checkout needs them: on Windows, `git clone -c
-    core.symlinks=true` (with Developer Mode), or the links are written as text files."""
+def test_each_folder_of_tickler_is_reached_from_the_top_by_one_relative_link() -> None:
+    """The code is under tickler/; the repository's top keeps one link per folder (scheduler ->
+    tickler/scheduler), so `scheduler/queries.sql` is a path that works. git keeps the links as
+    links: on Windows, `git clone -c core.symlinks=true` (with Developer Mode)."""
     listed = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True)
     links = sorted(line.split("\t")[-1] for line in listed.stdout.splitlines() if line.startswith("120000 "))
-    assert links == sorted(f"tickler/{folder}" for folder in FOLDERS)
-    assert sorted(p.name for p in (ROOT / "tickler").iterdir() if p.name != "__pycache__") == sorted(
-        ["__init__.py", "cli.py", "wsgi.py", *FOLDERS]
-    )
+    assert links == sorted(FOLDERS)
     for folder in FOLDERS:
-        link = ROOT / "tickler" / folder
+        link = ROOT / folder
         assert link.is_symlink(), f"{link} is not a link: check out with symbolic links"
-        assert os.readlink(link) == f"../{folder}"
-        assert (ROOT / folder).is_dir() and not (ROOT / folder).is_symlink()
+        assert os.readlink(link) == f"tickler/{folder}"
+        assert (ROOT / "tickler" / folder).is_dir() and not (ROOT / "tickler" / folder).is_symlink()
 
 
 @pytest.mark.slow
 def test_the_layer_contracts_hold_and_an_import_against_them_breaks_them(tmp_path: Path) -> None:
-    """Bare `lint-imports` (as `make lint` runs it) reads the package through tickler/'s links."""
+    """Bare `lint-imports` (as `make lint` runs it) holds the layers, and fails an arrow against them."""
     lint_imports = [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
     kept = subprocess.run(lint_imports, cwd=ROOT, capture_output=True, text=True, check=False)
     assert kept.returncode == 0, kept.stdout[-3000:] + kept.stderr[-3000:]
     assert "Contracts: 3 kept, 0 broken." in kept.stdout
 
     copy_sources(tmp_path)
-    with (tmp_path / "scheduler" / "__init__.py").open("a") as engine:
+    with (tmp_path / "tickler" / "scheduler" / "__init__.py").open("a") as engine:
         engine.write("\nimport tickler.api.problems  # noqa: E402\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # this copy's tickler, not the installed one
     broken = subprocess.run(lint_imports, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
@@ -235,9 +232,9 @@ def test_the_layer_contracts_hold_and_an_import_against_them_breaks_them(tmp_pat
 # api/, ... are importable by their bare names there), then lists each file loaded under two names.
 IMPORT_ALL = """
 import importlib, json, os, sys
-package = sys.argv[1]  # tickler/, its links followed
+package = sys.argv[1]  # tickler/
 modules = []
-for folder, dirs, files in os.walk(package, followlinks=True):
+for folder, dirs, files in os.walk(package):
     dirs[:] = [name for name in dirs if name != "__pycache__"]
     parts = os.path.relpath(folder, os.path.dirname(package)).split(os.sep)
     for file in files:
@@ -277,8 +274,8 @@ def test_importing_every_module_loads_each_file_under_one_name() -> None:
     assert result["imported"] > 100
     assert result["twice"] == {}
     assert result["bare"] == []
-    # One file, one module: tickler.scheduler.rules is scheduler/rules.py itself, through the link.
-    assert result["files"]["tickler.scheduler.rules"] == str(ROOT / "scheduler" / "rules.py")
+    # One file, one module: tickler.scheduler.rules is tickler/scheduler/rules.py.
+    assert result["files"]["tickler.scheduler.rules"] == str(ROOT / "tickler" / "scheduler" / "rules.py")
     assert result["files"]["tickler.cli"] == str(ROOT / "tickler" / "cli.py")
 
 
@@ -314,4 +311,4 @@ def test_an_editable_install_maps_the_folders_and_warns_of_nothing(tmp_path: Pat
         str(source / "tickler" / "scheduler" / "rules.py"),
         str(source / "tickler" / "api" / "ui" / "__init__.py"),
     )
-    assert Path(rules).resolve() == (source / "scheduler" / "rules.py").resolve()
+    assert Path(rules).resolve() == (source / "tickler" / "scheduler" / "rules.py").resolve()
