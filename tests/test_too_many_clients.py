@@ -1,6 +1,6 @@
 """A PostgreSQL that refuses connections ("sorry, too many clients already"): every refusal is a
-503 problem+json with Retry-After, never a 500, on every path that schedules (the lean
-single-event route, group commit, small batches, COPY batches) and in the store's driver calls
+503 problem+json with Retry-After, never a 500, on every path that schedules (a
+single event with group commit, small batches, COPY batches) and in the store's driver calls
 (the claim and the ack too); and nothing of a refused request is written.
 
 Runs on a PostgreSQL server of its own with `max_connections = 20`, whose free slots the test
@@ -158,7 +158,7 @@ def _client(base: str, token: str, number: int, start: threading.Barrier, answer
             keys = [f"{prefix}-{i}" for i in range(3)]
         elif n % 6 == 5:  # a batch big enough to go by COPY
             keys = [f"{prefix}-{i}" for i in range(Settings().batch_copy_min_events)]
-        else:  # a single event: the lean route and group commit
+        else:  # a single event: group commit
             keys = [prefix]
         if len(keys) == 1:
             body: dict[str, Any] = {"item_key": keys[0], "data": {"n": n}, "delay_seconds": 60}

@@ -96,7 +96,6 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True,
     app.extensions["tickler.refusals"] = Refusals()
     register_error_handlers(app, event_json)
     app.before_request(_start_request)
-    app.before_request(_bounded_body)
     app.after_request(_finish_request)
     lean_route = LeanSchedule(app, app.wsgi_app, new_request_id=_new_request_id)
     lean_route.enabled = lean_schedule
@@ -162,11 +161,13 @@ def _new_request_id() -> str:
 
 
 def _start_request() -> None:
-    given = request.headers.get("X-Request-Id", "")
-    g.request_id = given if _REQUEST_ID.match(given) else _new_request_id()
-    g.started = time.perf_counter()
+    started = time.perf_counter()
+    given = request.environ.get("HTTP_X_REQUEST_ID", "")
+    request_id = given if _REQUEST_ID.match(given) else _new_request_id()
+    g.request_id, g.started = request_id, started
     structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(request_id=g.request_id)
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    _bounded_body()
 
 
 def _finish_request(response: Response) -> Response:

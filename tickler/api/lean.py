@@ -4,7 +4,7 @@ Most calls to tickler are this one, with a valid token, a queue the caller may u
 body; Flask/werkzeug's request cycle (routing, request and response objects, hooks) costs more
 CPU than the rest of such a call. `LeanSchedule` sits in front of the Flask app (its `wsgi_app`)
 and answers exactly that call itself: the same token check and queue scoping (api.auth), the
-same body limit, body reader and rules (`valid_event`), the same store call (so group commit
+same body limit, body reader and rules (`ScheduleEventSchema.load_event`), the same store call (so group commit
 applies), and the same response, access log line and metrics as the Flask view
 (api/events.py `schedule`, api/__init__.py's request hooks).
 
@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import structlog
+from marshmallow import ValidationError
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from tickler.api.batch_fast import data_is_certainly_storable, valid_event
 from tickler.api.jsonio import NotJSON, loads_strict
 from tickler.api.metrics import EVENTS_SCHEDULED, HTTP_DURATION, HTTP_REQUESTS
 from tickler.api.render import etag, event_json
+from tickler.api.schemas.events import ScheduleEventSchema, data_is_certainly_storable
 from tickler.scheduler import rules, tracing
 from tickler.scheduler.errors import NotFound
 from tickler.scheduler.models import Queue
@@ -58,6 +59,7 @@ _STATUS = {code: WerkzeugResponse(status=code).status for code in (200, 202)}
 _SAFE = "!$&'()*+,/:;=@"  # werkzeug's BaseConverter.to_url: a path segment's safe characters
 
 log = structlog.get_logger("tickler.http")
+_schema = ScheduleEventSchema()
 
 
 class LeanSchedule:
@@ -114,10 +116,12 @@ class LeanSchedule:
                 return None
             if type(body) is not dict:
                 return None
-            fast = valid_event(body)
-            if fast is None or not data_is_certainly_storable(raw, ext.settings.max_event_data_bytes):
+            try:
+                event, on_conflict, debounce_max = _schema.load_event(body)
+            except ValidationError:  # Flask names the errors
                 return None
-            event, on_conflict, debounce_max = fast
+            if not data_is_certainly_storable(raw, ext.settings.max_event_data_bytes):
+                return None
             given = environ.get("HTTP_X_REQUEST_ID", "")
             request_id = given if _REQUEST_ID.match(given) else self._new_request_id()
             structlog.contextvars.clear_contextvars()

@@ -3,7 +3,9 @@ problem details every error answer carries."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import re
+from datetime import UTC, datetime
+from typing import Any, ClassVar, NoReturn
 
 from marshmallow import Schema, ValidationError, fields, validate, validates, validates_schema
 
@@ -21,7 +23,22 @@ from tickler.api.schemas.fields import (
     bounds,
 )
 from tickler.scheduler import rules
+from tickler.scheduler.models import NewEvent
 from tickler.scheduler.states import ALL_STATUSES, Scheduled, Status
+
+# JSON escapes that could put a NUL or a lone surrogate into a string (jsonb refuses both).
+RISKY_ESCAPE = re.compile(rb"\\u(0000|[dD][89a-fA-F])")
+
+
+def data_is_certainly_storable(raw_body: bytes, max_event_data_bytes: int) -> bool:
+    """True when no event's data can break a data rule: the whole body is within the per-event
+    size limit, and it has no escape that could hold a NUL or a lone surrogate (then the exact
+    check, which writes the data out again, is not needed)."""
+    return len(raw_body) <= max_event_data_bytes and RISKY_ESCAPE.search(raw_body) is None
+
+
+# What a schedule takes: its events, on_conflict and debounce_max_seconds (None: no cap).
+Loaded = tuple[list[NewEvent], str, float | None]
 
 # -- requests ---------------------------------------------------------------------------------------
 
@@ -84,8 +101,39 @@ class _OnConflict(Schema):
     )
 
 
+def _refused(schema: Schema, body: Any, refusal: Exception) -> NoReturn:
+    """A body the rules refuse: the schema loads it to name every error (its fields apply the same
+    rules), and should it take the body all the same, the rules' own messages are the answer."""
+    schema.load(body)
+    errors = refusal.errors if isinstance(refusal, rules.RuleErrors) else {"body": [str(refusal)]}
+    raise ValidationError(errors)  # type: ignore[arg-type]
+
+
+def _on_conflict(body: dict[str, Any]) -> tuple[str, float | None]:
+    on_conflict = rules.on_conflict(body["on_conflict"]) if "on_conflict" in body else "reject"
+    if "debounce_max_seconds" not in body:
+        return on_conflict, None
+    return on_conflict, rules.debounce_max_seconds(body["debounce_max_seconds"])
+
+
+_SCHEDULE_ONLY = frozenset({"on_conflict", "debounce_max_seconds"})
+_BATCH_FIELDS = frozenset({"events", *_SCHEDULE_ONLY})
+
+
 class ScheduleEventSchema(NewEventSchema, _OnConflict):
     """POST /v1/queues/{queue}/events."""
+
+    def load_event(self, body: dict[str, Any]) -> tuple[NewEvent, str, float | None]:
+        """(event, on_conflict, debounce_max_seconds), checked by scheduler.rules once (what each
+        field of the schema applies, without marshmallow's cost); a body the rules refuse is
+        loaded by the schema, which raises ValidationError naming every error."""
+        try:
+            on_conflict, debounce_max = _on_conflict(body)
+            if not body.keys().isdisjoint(_SCHEDULE_ONLY):
+                body = {k: v for k, v in body.items() if k not in _SCHEDULE_ONLY}
+            return rules.new_event(body, datetime.now(UTC)), on_conflict, debounce_max
+        except (rules.RuleError, rules.RuleErrors) as refusal:
+            _refused(self, body, refusal)
 
 
 class BatchSchema(_OnConflict):
@@ -117,6 +165,39 @@ class BatchSchema(_OnConflict):
                 first_seen[key] = index
         if duplicates:
             raise ValidationError(duplicates)  # type: ignore[arg-type]
+
+    def load_events(self, body: dict[str, Any]) -> Loaded:
+        """(events, on_conflict, debounce_max_seconds), checked by scheduler.rules once, as
+        ScheduleEventSchema.load_event does: loading 10,000 events through marshmallow costs more
+        than storing them. A body the rules refuse: ValidationError naming every error."""
+        try:
+            return self._by_rules(body)
+        except (rules.RuleError, rules.RuleErrors) as refusal:
+            _refused(self, body, refusal)
+
+    def _by_rules(self, body: dict[str, Any]) -> Loaded:
+        unknown = body.keys() - _BATCH_FIELDS
+        if unknown:
+            raise rules.RuleErrors({name: [rules.UNKNOWN] for name in unknown})
+        on_conflict, debounce_max = _on_conflict(body)
+        items = body.get("events")
+        if type(items) is not list or not 1 <= len(items) <= self.max_events:
+            raise rules.RuleError(f"events: a list of 1 to {self.max_events} events.")
+        now = datetime.now(UTC)
+        events: list[NewEvent] = []
+        seen: set[str] = set()
+        for index, item in enumerate(items):
+            if type(item) is not dict:
+                raise rules.RuleError(f"events[{index}]: not an object.")
+            try:
+                event = rules.new_event(item, now)
+            except rules.RuleErrors as refusal:
+                raise rules.RuleErrors({f"events[{index}].{k}": v for k, v in refusal.errors.items()}) from None
+            if event.item_key in seen:
+                raise rules.RuleError(f"events[{index}].item_key: also the key of an earlier event.")
+            seen.add(event.item_key)
+            events.append(event)
+        return events, on_conflict, debounce_max
 
 
 class ChangeEventSchema(WhenSchema):

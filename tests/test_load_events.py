@@ -1,4 +1,6 @@
-"""The batch fast path accepts only what the schema accepts, and loads it the same way."""
+"""The rules check every schedule runs (ScheduleEventSchema.load_event, BatchSchema.load_events)
+accepts exactly what the schema accepts, loads it the same way, and refuses the rest with the
+schema's own messages."""
 
 from __future__ import annotations
 
@@ -7,8 +9,7 @@ from typing import Any
 import pytest
 from marshmallow import ValidationError
 
-from tickler.api.batch_fast import data_is_certainly_storable, valid_batch
-from tickler.api.schemas.events import BatchSchema
+from tickler.api.schemas.events import BatchSchema, ScheduleEventSchema, data_is_certainly_storable
 
 GOOD = {"item_key": "welcome:ana@example.com", "data": {"a": 1}}
 
@@ -56,17 +57,24 @@ CASES: list[dict[str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize("body", CASES)
-def test_fast_path_agrees_with_the_schema(body: dict[str, Any]) -> None:
+def _outcome(load: Any, body: Any) -> tuple[Any, Any]:
+    """(what `load` returns, None) or (None, the messages of its ValidationError)."""
     try:
-        loaded = BatchSchema(max_events=10).load(body)
-    except ValidationError:
-        loaded = None
-    fast = valid_batch(body, max_events=10)
+        return load(body), None
+    except ValidationError as error:
+        return None, error.messages
+
+
+@pytest.mark.parametrize("body", CASES)
+def test_the_rules_check_agrees_with_the_schema(body: dict[str, Any]) -> None:
+    schema = BatchSchema(max_events=10)
+    loaded, schema_errors = _outcome(schema.load, body)
+    fast, errors = _outcome(schema.load_events, body)
     if loaded is None:
         assert fast is None  # never accept what the schema refuses
+        assert errors == schema_errors  # and say why in its words
         return
-    assert fast is not None, "a valid batch should take the fast path"
+    assert fast is not None, "a valid batch is loaded"
     events, on_conflict, debounce_max = fast
     assert on_conflict == loaded["on_conflict"]
     assert debounce_max == loaded.get("debounce_max_seconds")
@@ -78,8 +86,39 @@ def test_fast_path_agrees_with_the_schema(body: dict[str, Any]) -> None:
         assert event.max_attempts == item.get("max_attempts")
 
 
-def test_too_many_events_take_the_schema_path() -> None:
-    assert valid_batch({"events": [{"item_key": f"k{i}", "data": {}} for i in range(11)]}, max_events=10) is None
+@pytest.mark.parametrize("body", CASES)
+def test_a_single_event_is_checked_as_a_batch_item(body: dict[str, Any]) -> None:
+    items = body.get("events")
+    if type(items) is not list or len(items) != 1 or type(items[0]) is not dict:
+        return
+    single = {**items[0], **{k: v for k, v in body.items() if k != "events"}}
+    schema = ScheduleEventSchema()
+    loaded, schema_errors = _outcome(schema.load, single)
+    fast, errors = _outcome(schema.load_event, single)
+    if loaded is None:
+        assert fast is None
+        assert errors == schema_errors
+        return
+    assert fast is not None
+    event, on_conflict, debounce_max = fast
+    assert (event.item_key, event.data, event.group_key) == (
+        loaded["item_key"],
+        loaded["data"],
+        loaded.get("group_key"),
+    )
+    assert (event.schedule_on, event.delay_seconds, event.max_attempts) == (
+        loaded.get("schedule_on"),
+        loaded.get("delay_seconds"),
+        loaded.get("max_attempts"),
+    )
+    assert (on_conflict, debounce_max) == (loaded["on_conflict"], loaded.get("debounce_max_seconds"))
+
+
+def test_too_many_events_are_refused_as_the_schema_says() -> None:
+    body = {"events": [{"item_key": f"k{i}", "data": {}} for i in range(11)]}
+    with pytest.raises(ValidationError) as refused:
+        BatchSchema(max_events=10).load_events(body)
+    assert refused.value.messages == {"events": ["At most 10 events per batch."]}
 
 
 @pytest.mark.parametrize(
