@@ -268,47 +268,24 @@ FROM (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now) AS clock
 CROSS JOIN LATERAL tickler_lock_open_event(:queue, :item_key, clock.now) AS e;
 
 -- name: change_event
--- Reschedule or change a locked, open, unleased event.
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-changed AS (
-    UPDATE tickler_event AS e
-    SET schedule_on = :schedule_on,
-        data = CAST(:data AS jsonb),
-        group_key = :group_key,
-        priority = :priority,
-        fairness_key = :fairness_key,
-        version = e.version + 1
-    WHERE e.id = :id AND e.dequeued_on IS NULL AND e.lease_id IS NULL
-    RETURNING e.*
-),
-logged AS (  -- tickler_timeline_write (scheduler/database/history.sql): read below, so that it runs
-    SELECT tickler_timeline_write(array_agg(ROW(
-               c.queue, c.item_key, c.id, clock.now, CAST(:action AS text), CAST(:actor AS text), c.schedule_on,
-               CAST(:details AS jsonb))::tickler_timeline_row)) AS written
-    FROM changed AS c CROSS JOIN clock
-),
-wake AS (SELECT tickler_wake_if_sooner(c.queue, c.schedule_on) FROM changed AS c)  -- see writing.sql
-SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
-FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w CROSS JOIN logged AS l;
+-- Change the open event of a key, or say why not (tickler_change_event, scheduler/database/writing.sql).
+SELECT r.refused, (r.event).*, tickler_status((r.event).outcome, (r.event).lease_expires_on, clock.now) AS status
+FROM (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now) AS clock
+CROSS JOIN LATERAL tickler_change_event(
+    :queue, :item_key, :actor, CAST(:reason AS text), clock.now, CAST(:if_match AS integer[]),
+    CAST(:schedule_on AS timestamptz), CAST(:delay_seconds AS double precision),
+    CAST(:set_data AS boolean), CAST(:data AS jsonb), CAST(:set_group_key AS boolean), CAST(:group_key AS text),
+    CAST(:set_priority AS boolean), CAST(:priority AS smallint),
+    CAST(:set_fairness_key AS boolean), CAST(:fairness_key AS text)
+) AS r;
 
 -- name: cancel_event
--- Cancel a locked, open, unleased event.
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-changed AS (
-    UPDATE tickler_event AS e
-    SET dequeued_on = clock.now, dequeued_by = :actor, outcome = 'cancelled', version = e.version + 1
-    FROM clock
-    WHERE e.id = :id AND e.dequeued_on IS NULL AND e.lease_id IS NULL
-    RETURNING e.*
-),
-logged AS (
-    SELECT tickler_timeline_write(array_agg(ROW(
-               c.queue, c.item_key, c.id, c.dequeued_on, 'cancelled', c.dequeued_by, c.schedule_on,
-               jsonb_strip_nulls(jsonb_build_object('reason', CAST(:reason AS text))))::tickler_timeline_row)) AS written
-    FROM changed AS c
-)
-SELECT c.*, tickler_status(c.outcome, c.lease_expires_on, clock.now) AS status
-FROM changed AS c CROSS JOIN clock CROSS JOIN logged AS l;
+-- Cancel the open event of a key, or say why not (tickler_cancel_event, scheduler/database/writing.sql).
+SELECT r.refused, (r.event).*, tickler_status((r.event).outcome, (r.event).lease_expires_on, clock.now) AS status
+FROM (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now) AS clock
+CROSS JOIN LATERAL tickler_cancel_event(
+    :queue, :item_key, :actor, CAST(:reason AS text), clock.now, CAST(:if_match AS integer[])
+) AS r;
 
 -- name: cancel_matching
 -- Cancel every open event of a queue with this group and/or key prefix that is not in flight.

@@ -682,3 +682,128 @@ CREATE OR REPLACE TRIGGER tickler_event_group_fairness
     BEFORE INSERT OR UPDATE OF group_key, fairness_key ON tickler_event
     FOR EACH ROW WHEN (NEW.group_key IS NOT NULL AND NEW.dequeued_on IS NULL)
     EXECUTE FUNCTION tickler_check_group_fairness();
+
+-- Change the open event of a key (PATCH): move it and/or change its data, group, priority or
+-- fairness key; each p_set_* says whether its field is given (a NULL group_key or fairness_key
+-- removes it). The changes of one event by key are decided here, as tickler_schedule() decides a
+-- replace, so that "in flight, refuse" and the timeline's details have one home.
+-- `refused`, with the event as it is: 'not_found' (no open event; a lease that ran out on the
+-- last attempt may have just ended it, and that stays), 'in_flight' (under a live lease),
+-- 'stale_version' (p_if_match names other versions). NULL: changed, or nothing to change (no write).
+-- The entry is 'rescheduled' (with previous_schedule_on) when the time moves, else 'updated'; its
+-- details name the fields changed, the previous group, priority and fairness key when they
+-- changed, the priority and fairness key the claims now order by when not the defaults, and
+-- p_reason when given (a recurring schedule's update of its waiting occurrence).
+CREATE OR REPLACE FUNCTION tickler_change_event(
+    p_queue text, p_item_key text, p_actor text, p_reason text, p_now timestamptz, p_if_match integer[],
+    p_schedule_on timestamptz, p_delay_seconds double precision,
+    p_set_data boolean, p_data jsonb, p_set_group_key boolean, p_group_key text,
+    p_set_priority boolean, p_priority smallint, p_set_fairness_key boolean, p_fairness_key text)
+RETURNS TABLE (refused text, event tickler_event)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now      timestamptz := coalesce(p_now, now());
+    v_old      tickler_event;
+    v_new      tickler_event;
+    v_changed  text[] := '{}';
+    v_details  jsonb;
+BEGIN
+    SELECT * INTO v_old FROM tickler_lock_open_event(p_queue, p_item_key, v_now);
+    refused := CASE WHEN v_old.id IS NULL THEN 'not_found'
+                    WHEN v_old.lease_id IS NOT NULL THEN 'in_flight'  -- a lease that ran out was ended
+                    WHEN NOT v_old.version = ANY(coalesce(p_if_match, ARRAY[v_old.version])) THEN 'stale_version'
+               END;
+    IF refused IS NOT NULL THEN
+        event := CASE WHEN v_old.id IS NOT NULL THEN v_old END;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    v_new := v_old;
+    IF p_delay_seconds IS NOT NULL THEN
+        v_new.schedule_on := v_now + make_interval(secs => p_delay_seconds);
+    ELSIF p_schedule_on IS NOT NULL THEN
+        v_new.schedule_on := p_schedule_on;
+    END IF;
+    IF p_set_data THEN v_new.data := p_data; END IF;
+    IF p_set_group_key THEN v_new.group_key := p_group_key; END IF;
+    IF p_set_priority THEN v_new.priority := p_priority; END IF;
+    IF p_set_fairness_key THEN v_new.fairness_key := coalesce(p_fairness_key, ''); END IF;
+
+    IF v_new.schedule_on IS DISTINCT FROM v_old.schedule_on THEN v_changed := v_changed || 'schedule_on'::text; END IF;
+    IF v_new.data IS DISTINCT FROM v_old.data THEN v_changed := v_changed || 'data'::text; END IF;
+    IF v_new.group_key IS DISTINCT FROM v_old.group_key THEN v_changed := v_changed || 'group_key'::text; END IF;
+    IF v_new.priority IS DISTINCT FROM v_old.priority THEN v_changed := v_changed || 'priority'::text; END IF;
+    IF v_new.fairness_key IS DISTINCT FROM v_old.fairness_key THEN v_changed := v_changed || 'fairness_key'::text; END IF;
+    IF cardinality(v_changed) = 0 THEN
+        event := v_old;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    v_details := jsonb_strip_nulls(jsonb_build_object('changed', to_jsonb(v_changed), 'reason', p_reason));
+    IF 'schedule_on' = ANY(v_changed) THEN
+        v_details := v_details || jsonb_build_object('previous_schedule_on', tickler_rfc3339(v_old.schedule_on));
+    END IF;
+    IF 'group_key' = ANY(v_changed) THEN
+        v_details := v_details || jsonb_build_object('previous_group_key', v_old.group_key);
+    END IF;
+    IF v_new.priority <> 0 THEN
+        v_details := v_details || jsonb_build_object('priority', v_new.priority);
+    END IF;
+    IF v_new.fairness_key <> '' THEN
+        v_details := v_details || jsonb_build_object('fairness_key', v_new.fairness_key);
+    END IF;
+    IF 'priority' = ANY(v_changed) THEN
+        v_details := v_details || jsonb_build_object('previous_priority', v_old.priority);
+    END IF;
+    IF 'fairness_key' = ANY(v_changed) THEN
+        v_details := v_details || jsonb_build_object('previous_fairness_key', nullif(v_old.fairness_key, ''));
+    END IF;
+
+    UPDATE tickler_event AS e
+    SET schedule_on = v_new.schedule_on, data = v_new.data, group_key = v_new.group_key,
+        priority = v_new.priority, fairness_key = v_new.fairness_key, version = e.version + 1
+    WHERE e.id = v_old.id
+    RETURNING e.* INTO v_new;
+    PERFORM tickler_timeline_write(ARRAY[ROW(
+        v_new.queue, v_new.item_key, v_new.id, v_now,
+        CASE WHEN 'schedule_on' = ANY(v_changed) THEN 'rescheduled' ELSE 'updated' END,
+        p_actor, v_new.schedule_on, v_details)::tickler_timeline_row]);
+    PERFORM tickler_wake_if_sooner(v_new.queue, v_new.schedule_on);
+    event := v_new;
+    RETURN NEXT;
+END
+$$;
+
+-- Cancel the open event of a key; refused as tickler_change_event() refuses.
+CREATE OR REPLACE FUNCTION tickler_cancel_event(
+    p_queue text, p_item_key text, p_actor text, p_reason text, p_now timestamptz, p_if_match integer[])
+RETURNS TABLE (refused text, event tickler_event)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now  timestamptz := coalesce(p_now, now());
+    v_old  tickler_event;
+    v_new  tickler_event;
+BEGIN
+    SELECT * INTO v_old FROM tickler_lock_open_event(p_queue, p_item_key, v_now);
+    refused := CASE WHEN v_old.id IS NULL THEN 'not_found'
+                    WHEN v_old.lease_id IS NOT NULL THEN 'in_flight'  -- a lease that ran out was ended
+                    WHEN NOT v_old.version = ANY(coalesce(p_if_match, ARRAY[v_old.version])) THEN 'stale_version'
+               END;
+    IF refused IS NOT NULL THEN
+        event := CASE WHEN v_old.id IS NOT NULL THEN v_old END;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    UPDATE tickler_event AS e
+    SET dequeued_on = v_now, dequeued_by = p_actor, outcome = 'cancelled', version = e.version + 1
+    WHERE e.id = v_old.id
+    RETURNING e.* INTO v_new;
+    PERFORM tickler_timeline_write(ARRAY[ROW(
+        v_new.queue, v_new.item_key, v_new.id, v_new.dequeued_on, 'cancelled', v_new.dequeued_by,
+        v_new.schedule_on, jsonb_strip_nulls(jsonb_build_object('reason', p_reason)))::tickler_timeline_row]);
+    event := v_new;
+    RETURN NEXT;
+END
+$$;
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,7 +17,7 @@ from tickler.scheduler.errors import Archived, InFlight, KeyConflict, NotFound, 
 from tickler.scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEntry
 from tickler.scheduler.rules import format_timestamp
 from tickler.scheduler.sql import driver_sql, q
-from tickler.scheduler.states import Action, OnConflict, Scheduled, Status
+from tickler.scheduler.states import OnConflict, Scheduled
 from tickler.scheduler.store import search
 from tickler.scheduler.store.archive import archived_history
 from tickler.scheduler.store.group_commit import GroupCommit
@@ -400,69 +400,33 @@ class EventStore(EventOperations):
         if_match: Collection[int] | None = None,
         now: datetime | None = None,
     ) -> Event:
-        """Reschedule the open event of a key and/or change its data or group."""
-        with self.engine.begin() as conn:
-            current, db_now = self._lock_open(conn, queue, item_key, if_match=if_match, now=now)
-            schedule_on = current.schedule_on
-            if changes.delay_seconds is not None:
-                schedule_on = db_now + timedelta(seconds=changes.delay_seconds)
-            elif changes.schedule_on is not None:
-                schedule_on = changes.schedule_on
-            data = current.data if changes.data is UNSET else changes.data
-            group_key = current.group_key if changes.group_key is UNSET else changes.group_key
-            priority = current.priority if changes.priority is UNSET else changes.priority
-            fairness_key = current.fairness_key if changes.fairness_key is UNSET else changes.fairness_key
-
-            changed = [
-                name
-                for name, old, new in (
-                    ("schedule_on", current.schedule_on, schedule_on),
-                    ("data", current.data, data),
-                    ("group_key", current.group_key, group_key),
-                    ("priority", current.priority, priority),
-                    ("fairness_key", current.fairness_key, fairness_key),
-                )
-                if old != new
-            ]
-            if not changed:
-                return current
-            details: dict[str, Any] = {"changed": changed}
-            if "schedule_on" in changed:
-                action = Action.RESCHEDULED
-                details["previous_schedule_on"] = format_timestamp(current.schedule_on)
-            else:
-                action = Action.UPDATED
-            if "group_key" in changed:
-                details["previous_group_key"] = current.group_key
-            # SPEC §10: what the claims order by, as it is after the change (when not the default)
-            if priority:
-                details["priority"] = priority
-            if fairness_key:
-                details["fairness_key"] = fairness_key
-            if "priority" in changed:
-                details["previous_priority"] = current.priority
-            if "fairness_key" in changed:
-                details["previous_fairness_key"] = current.fairness_key
-            row = (
-                conn.execute(
-                    q("change_event"),
-                    {
-                        "id": current.id,
-                        "schedule_on": schedule_on,
-                        "data": json.dumps(data),
-                        "group_key": group_key,
-                        "priority": priority,
-                        "fairness_key": fairness_key or "",
-                        "action": action,
-                        "actor": actor,
-                        "details": json.dumps(details),
-                        "now": now,
-                    },
-                )
-                .mappings()
-                .one()
-            )
-            return Event.from_row(row)
+        """Reschedule the open event of a key and/or change its data or group: tickler_change_event()
+        decides and writes (scheduler/database/writing.sql), as tickler_schedule() does a replace."""
+        given = {
+            name: getattr(changes, name) is not UNSET for name in ("data", "group_key", "priority", "fairness_key")
+        }
+        row = self._one_event_by_key(
+            "change_event",
+            {
+                "queue": queue,
+                "item_key": item_key,
+                "actor": actor,
+                "reason": None,
+                "now": now,
+                "if_match": None if if_match is None else list(if_match),
+                "schedule_on": changes.schedule_on,
+                "delay_seconds": changes.delay_seconds,
+                "set_data": given["data"],
+                "data": Jsonb(changes.data, _dumps_bytes) if given["data"] else None,
+                "set_group_key": given["group_key"],
+                "group_key": changes.group_key if given["group_key"] else None,
+                "set_priority": given["priority"],
+                "priority": changes.priority if given["priority"] else None,
+                "set_fairness_key": given["fairness_key"],
+                "fairness_key": changes.fairness_key if given["fairness_key"] else None,
+            },
+        )
+        return Event.from_row(row)
 
     def cancel(
         self,
@@ -474,15 +438,10 @@ class EventStore(EventOperations):
         if_match: Collection[int] | None = None,
         now: datetime | None = None,
     ) -> Event:
-        """Cancel the open event of a key."""
-        with self.engine.begin() as conn:
-            current, _ = self._lock_open(conn, queue, item_key, if_match=if_match, now=now)
-            row = (
-                conn.execute(q("cancel_event"), {"id": current.id, "actor": actor, "reason": reason, "now": now})
-                .mappings()
-                .one()
-            )
-            return Event.from_row(row)
+        """Cancel the open event of a key (tickler_cancel_event, scheduler/database/writing.sql)."""
+        params: dict[str, Any] = {"queue": queue, "item_key": item_key, "actor": actor, "reason": reason}
+        params.update(now=now, if_match=None if if_match is None else list(if_match))
+        return Event.from_row(self._one_event_by_key("cancel_event", params))
 
     def cancel_matching(
         self, queue: str, matching: Matching, *, actor: str, reason: str | None = None, now: datetime | None = None
@@ -494,19 +453,16 @@ class EventStore(EventOperations):
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _lock_open(
-        self, conn: sa.Connection, queue: str, item_key: str, *, if_match: Collection[int] | None, now: datetime | None
-    ) -> tuple[Event, datetime]:
-        params = {"queue": queue, "item_key": item_key, "now": now}
-        # A lease of it that ran out is ended by the statement (as the reaper would end it).
-        row = conn.execute(q("lock_open_event"), params).mappings().first()
-        if row is None:
-            # Kept: the event may just have died of a lease that ran out on its last attempt.
-            conn.commit()
-            raise NotFound(f"No open event with key {item_key!r} in queue {queue!r}.")
+    def _one_event_by_key(self, query: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The event that `query` changed by key, or the refusal it answered as an error. One
+        statement, its own transaction: a lease that ran out, ended on the way, stays ended."""
+        (row,) = self.rows(query, params)
+        refused = row.pop("refused")
+        if refused is None:
+            return dict(row)
+        if refused == "not_found":
+            raise NotFound(f"No open event with key {params['item_key']!r} in queue {params['queue']!r}.")
         event = Event.from_row(row)
-        if event.status == Status.IN_FLIGHT:
+        if refused == "in_flight":
             raise InFlight("The event is in flight (claimed under a live lease); try again after it.", event=event)
-        if if_match is not None and event.version not in if_match:
-            raise StaleVersion(f"The event is at version {event.version}; If-Match named another.", event=event)
-        return event, row["db_now"]
+        raise StaleVersion(f"The event is at version {event.version}; If-Match named another.", event=event)

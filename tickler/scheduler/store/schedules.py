@@ -203,34 +203,36 @@ class ScheduleStore(EngineStore):
     ) -> None:
         event = self._waiting_event(conn, row)
         if event is not None:
-            conn.execute(q("cancel_event"), {"id": event["id"], "actor": actor, "reason": reason, "now": now})
+            params = {"queue": event["queue"], "item_key": event["item_key"], "actor": actor, "reason": reason}
+            conn.execute(q("cancel_event"), {**params, "now": now, "if_match": None})
 
     def _update_waiting(
         self, conn: sa.Connection, row: sa.RowMapping, spec: ScheduleSpec, actor: str, now: datetime | None
     ) -> None:
+        """The waiting occurrence takes the schedule's new data, group, priority and fairness key,
+        changed as a PATCH changes an event (tickler_change_event), its entry giving the reason."""
         event = self._waiting_event(conn, row)
         if event is None:
-            return
-        changed = [
-            name
-            for name in ("data", "group_key", "priority", "fairness_key")
-            if (event[name] or None if name == "fairness_key" else event[name]) != getattr(spec, name)
-        ]
-        if not changed:
             return
         conn.execute(
             q("change_event"),
             {
-                "id": event["id"],
-                "schedule_on": event["schedule_on"],
-                "data": json.dumps(spec.data),
-                "group_key": spec.group_key,
-                "priority": spec.priority,
-                "fairness_key": spec.fairness_key or "",
-                "action": Action.UPDATED,
+                "queue": event["queue"],
+                "item_key": event["item_key"],
                 "actor": actor,
-                "details": json.dumps({"changed": changed, "reason": "schedule updated"}),
+                "reason": "schedule updated",
                 "now": now,
+                "if_match": None,
+                "schedule_on": None,
+                "delay_seconds": None,
+                "set_data": True,
+                "data": json.dumps(spec.data),
+                "set_group_key": True,
+                "group_key": spec.group_key,
+                "set_priority": True,
+                "priority": spec.priority,
+                "set_fairness_key": True,
+                "fairness_key": spec.fairness_key,
             },
         )
 
