@@ -192,9 +192,7 @@ def _migrate(settings: Settings) -> int:
     print(f"tickler migrate: database {describe_database(settings)}", file=sys.stderr)
     applied = migrate(resolve_database_url(settings.database_url, settings.data_dir))
     if applied:
-        print(
-            f"applied {len(applied)} migration(s), up to {applied[-1].label}", file=sys.stderr
-        )
+        print(f"applied {len(applied)} migration(s), up to {applied[-1].label}", file=sys.stderr)
     else:
         print("applied 0 migration(s): the database is up to date", file=sys.stderr)
     return 0
