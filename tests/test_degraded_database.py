@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
 from psycopg import sql
@@ -104,12 +105,40 @@ def test_a_full_disk_keeps_readyz_not_ready_for_a_while() -> None:
         (psycopg.errors.DiskFull("could not extend file"), "disk_full"),
         (psycopg.errors.AdminShutdown("terminating connection"), "shutting_down"),
         (psycopg.OperationalError("connection refused"), "unreachable"),
+        (psycopg.OperationalError("FATAL:  sorry, too many clients already"), "too_many_connections"),
+        (sa.exc.TimeoutError("QueuePool limit of size 10 overflow 10 reached"), "busy"),
         (psycopg.errors.UniqueViolation("duplicate key"), None),
         (psycopg.errors.DivisionByZero("division by zero"), None),
     ],
 )
 def test_database_errors_are_translated_once(error: Exception, reason: str | None) -> None:
     assert unavailable_reason(error) == reason
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        sa.exc.TimeoutError("QueuePool limit of size 10 overflow 10 reached"),
+        psycopg.OperationalError("too many clients"),
+    ],
+)
+def test_a_database_that_cannot_take_the_request_now_is_a_503_with_retry_after(
+    settings: Settings, error: Exception
+) -> None:
+    """Whatever raises it: a pool whose connections all stay busy, or a driver error that reached
+    the view untranslated."""
+
+    def busy() -> None:
+        raise error
+
+    app = create_app(settings, configure_logs=False)
+    try:
+        app.add_url_rule("/test-busy", view_func=busy)
+        response = app.test_client().get("/test-busy")
+        assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+        assert response.mimetype == PROBLEM
+    finally:
+        close_app(app)
 
 
 def test_readyz_is_not_ready_after_a_disk_full_refusal(app: Flask, client: FlaskClient) -> None:

@@ -227,7 +227,7 @@ def test_every_driver_call_of_the_store_translates_a_refused_connection(small_se
         for name, call in calls.items():
             with pytest.raises(sa.exc.DBAPIError) as raised:
                 call()
-            assert unavailable_reason(raised.value) == "unreachable", name
+            assert unavailable_reason(raised.value) == "too_many_connections", name
     finally:
         crowd.leave()
         engine.dispose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 
+import psycopg
 import sqlalchemy.exc
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -26,7 +27,7 @@ def readyz() -> Response:
     try:
         refuses = ext.store.refuses_writes()
         pending = pending_migrations(ext.database_url, allow_newer=True)  # an upgrade migrates first
-    except (sqlalchemy.exc.DBAPIError, OSError) as error:
+    except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError, psycopg.Error, OSError) as error:
         return problem(503, "Not ready", f"The database cannot be reached: {type(error).__name__}.")
     except MigrationError as error:
         return problem(503, "Not ready", str(error))

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import sqlalchemy.exc
 import structlog
 from flask import Flask, Response, json
@@ -39,6 +40,8 @@ _UNAVAILABLE_DETAILS = {
     "read_only": "The database is read-only for now (a failover, or writes turned off); try again shortly.",
     "disk_full": "The database's disk is full; try again once space is freed.",
     "schema_changed": "The database's schema changed under this request (a migration); try again.",
+    "too_many_connections": "The database has no connection to spare; try again shortly.",
+    "busy": "Every database connection of this process is busy; try again shortly.",
 }
 
 
@@ -161,11 +164,13 @@ def register_error_handlers(app: Flask, event_json: Any) -> None:
         )
 
     @app.errorhandler(sqlalchemy.exc.DBAPIError)
-    def _database_unavailable(error: sqlalchemy.exc.DBAPIError) -> Response:
+    @app.errorhandler(sqlalchemy.exc.TimeoutError)  # the pool's wait for a free connection ran out
+    @app.errorhandler(psycopg.Error)
+    def _database_unavailable(error: Exception) -> Response:
         reason = unavailable_reason(error)
         if reason is None:
             return _unexpected(error)
-        log.error("database_unavailable", reason=reason, error=str(error.orig).strip())
+        log.error("database_unavailable", reason=reason, error=str(getattr(error, "orig", None) or error).strip())
         refusals: Refusals | None = app.extensions.get("tickler.refusals")
         if refusals is not None:
             refusals.note(reason)

@@ -8,6 +8,7 @@ transactions still run q() statements through SQLAlchemy connections of the same
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -141,13 +142,22 @@ _UNAVAILABLE_SQLSTATES = {
 }
 
 
+# The server's refusal of a new connection when its slots are taken (FATAL 53300, reported to the
+# client as a message only).
+_TOO_MANY_CLIENTS = re.compile(r"too many clients|remaining connection slots are reserved")
+
+
 def unavailable_reason(error: BaseException) -> str | None:
     """Why the database could not serve a statement for now (read_only, disk_full, unreachable,
     ...), or None when the error is not the database being unavailable."""
+    if isinstance(error, sa.exc.TimeoutError):
+        return "busy"  # every pooled connection stayed in use for as long as the pool waits
     original = getattr(error, "orig", None) or error
     state = getattr(original, "sqlstate", None)
     if state in _UNAVAILABLE_SQLSTATES:
         return _UNAVAILABLE_SQLSTATES[state]
+    if _TOO_MANY_CLIENTS.search(str(original)):
+        return "too_many_connections"  # refused at connect: no SQLSTATE reaches the client
     if stale_prepared_statement(error):
         return "schema_changed"  # its connection was dropped: the same call works again
     if (state or "").startswith("08") or isinstance(
