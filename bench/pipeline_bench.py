@@ -260,7 +260,8 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str, str]:
     import pyspark
 
     from tickler.pipeline.archive import run_archive
-    from tickler.pipeline.report import Period, run_report
+    from tickler.pipeline.period import Period
+    from tickler.pipeline.report import run_report
     from tickler.pipeline.source import Source
     from tickler.pipeline.spark import create_session, jdbc_jar
 

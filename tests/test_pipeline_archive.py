@@ -23,7 +23,8 @@ from tests.test_pipeline_support import (
 from tickler.pipeline import manifest
 from tickler.pipeline.archive import ArchiveMismatch, SourceOptions, run_archive
 from tickler.pipeline.compact import run_compact
-from tickler.pipeline.report import Period, run_report
+from tickler.pipeline.period import Period
+from tickler.pipeline.report import run_report
 from tickler.pipeline.source import Source
 from tickler.scheduler.store.archive import archived_history
 

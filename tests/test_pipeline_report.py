@@ -21,7 +21,8 @@ from tests.test_pipeline_support import (
     sources,
 )
 from tickler.pipeline.archive import run_archive
-from tickler.pipeline.report import Period, load_history, run_report
+from tickler.pipeline.period import Period
+from tickler.pipeline.report import load_history, run_report
 from tickler.pipeline.source import Source
 from tickler.pipeline.spark import PipelineError
 

@@ -11,8 +11,7 @@ from tickler.api import auth, context
 from tickler.api.schemas.leases import AckManySchema, ClaimSchema, ExtendSchema, NackSchema
 from tickler.scheduler import tracing
 from tickler.scheduler.errors import Invalid, StaleLease
-from tickler.scheduler.models import lease_to_json
-from tickler.scheduler.rules import format_timestamp
+from tickler.scheduler.rules import format_timestamp, lease_to_json
 from tickler.scheduler.states import Status
 from tickler.scheduler.tracing import TraceContext
 from tickler.scheduler.waiting import PullClaims

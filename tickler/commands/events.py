@@ -10,7 +10,8 @@ from tickler.commands.arguments import check_queue_name, key
 from tickler.commands.output import print_fields, print_json, print_table
 from tickler.scheduler import rules
 from tickler.scheduler.errors import Invalid
-from tickler.scheduler.models import Event, TimelineEntry, event_to_json
+from tickler.scheduler.models import Event, TimelineEntry
+from tickler.scheduler.rules import event_to_json
 from tickler.scheduler.states import ALL_STATUSES
 
 if TYPE_CHECKING:  # the store (and SQLAlchemy) is imported when a subcommand runs, not to parse

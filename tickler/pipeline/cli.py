@@ -286,7 +286,8 @@ def _source_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _report(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
-    from tickler.pipeline.report import Period, run_report
+    from tickler.pipeline.period import Period
+    from tickler.pipeline.report import run_report
     from tickler.pipeline.report_html import percent, seconds
     from tickler.pipeline.source import Source
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from tickler.pipeline import manifest
+from tickler.pipeline.period import LATENESS_BUCKETS, Period
+from tickler.pipeline.report_html import render
 from tickler.pipeline.source import EVENTS, TIMELINE, Source
 from tickler.scheduler.states import Action
 
@@ -38,40 +40,10 @@ COUNTED_ACTIONS = (
     Action.CLAIMED, Action.DELIVERED, Action.FAILED, Action.LEASE_EXPIRED, Action.RELEASED, Action.DEAD,
 )  # fmt: skip
 PERCENTILES = (0.5, 0.95, 0.99)
-# Lateness histogram buckets: (label, upper bound in seconds, exclusive); None: no bound.
-LATENESS_BUCKETS: tuple[tuple[str, float | None], ...] = (
-    ("early", 0.0),
-    ("< 1 s", 1.0),
-    ("1-5 s", 5.0),
-    ("5-30 s", 30.0),
-    ("30 s-1 min", 60.0),
-    ("1-5 min", 300.0),
-    ("5-15 min", 900.0),
-    ("15 min-1 h", 3600.0),
-    ("1-6 h", 21600.0),
-    ("6-24 h", 86400.0),
-    (">= 1 day", None),
-)
 TABLES = ("daily", "summary", "lateness_histogram", "top_failures", "hourly", "attempts_histogram", "dead_reasons")
 
 _EVENT_COLUMNS = ["id", "queue", "group_key", "enqueued_on", "enqueued_by", "dequeued_on", "redeliver_count"]
 _TIMELINE_COLUMNS = ["id", "queue", "event_id", "at", "action", "actor", "schedule_on", "details"]
-
-
-@dataclass(frozen=True)
-class Period:
-    """Days [since, until) in UTC."""
-
-    since: date
-    until: date
-
-    @property
-    def start(self) -> datetime:
-        return datetime.combine(self.since, time(), UTC)
-
-    @property
-    def end(self) -> datetime:
-        return datetime.combine(self.until, time(), UTC)
 
 
 @dataclass(frozen=True)
@@ -323,8 +295,6 @@ def _write(spark: SparkSession, rows: list[Row], schema: StructType, path: Path,
 
 def run_report(spark: SparkSession, source: Source, out_dir: Path, period: Period, *, top: int = 10) -> ReportResult:
     """Compute the report, write each table as Parquet under `out_dir` and the HTML beside them."""
-    from tickler.pipeline.report_html import render
-
     events, timeline = load_history(spark, source, period)
     # every table reads the same history: read it once (claims carried in details come out of
     # rows before the period's end, and may lie before its start: kept, as compute() filters)

@@ -6,9 +6,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import date, datetime
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tickler.pipeline.report import LATENESS_BUCKETS
+from tickler.pipeline.period import LATENESS_BUCKETS, Period
 from tickler.pipeline.report_charts import (
     LEFT,
     OUTCOME_COLORS,
@@ -21,9 +21,6 @@ from tickler.pipeline.report_charts import (
 )
 
 __all__ = ["percent", "render", "seconds"]
-
-if TYPE_CHECKING:
-    from tickler.pipeline.report import Period
 
 MAX_ATTEMPTS_SHOWN = 10  # the attempts chart puts 10 and more in one bar
 

@@ -196,37 +196,3 @@ class Lease:
     expires_at: datetime
     claimed_by: str
     events: tuple[Event, ...]
-
-
-# What every interface shows of an event: all but its lease (a lease has a JSON of its own) and
-# its trace context (a pull claim adds it, see lease_to_json; a webhook sends it as a header).
-EVENT_JSON_FIELDS = tuple(
-    f.name for f in fields(Event) if f.name not in ("lease_id", "lease_expires_on", "traceparent", "tracestate")
-)
-
-
-def event_to_json(event: Event) -> dict[str, Any]:
-    """An event as every tickler interface shows it (HTTP responses, webhook bodies)."""
-    from tickler.scheduler.rules import record_json
-
-    return record_json(event, EVENT_JSON_FIELDS)
-
-
-def lease_to_json(lease: Lease) -> dict[str, Any]:
-    from tickler.scheduler.rules import format_timestamp
-
-    return {
-        "lease_id": lease.lease_id,
-        "expires_at": format_timestamp(lease.expires_at),
-        "group_key": lease.group_key,
-        "events": [_with_trace_context(event_to_json(e), e) for e in lease.events],
-    }
-
-
-def _with_trace_context(found: dict[str, Any], event: Event) -> dict[str, Any]:
-    """A claimed event as a pull consumer sees it: with its producer's trace context, if it has one."""
-    if event.traceparent is not None:
-        found["traceparent"] = event.traceparent
-        if event.tracestate is not None:
-            found["tracestate"] = event.tracestate
-    return found

@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 from tickler.scheduler import tracing
 from tickler.scheduler.delivery import Dead, Delivered, Failed, Outcome
 from tickler.scheduler.delivery.signing import signature_header
-from tickler.scheduler.models import Lease, Queue, event_to_json
+from tickler.scheduler.models import Lease, Queue
+from tickler.scheduler.rules import event_to_json
 from tickler.scheduler.tracing import TraceContext
 
 MAX_ERROR_LENGTH = 500
