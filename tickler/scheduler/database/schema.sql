@@ -151,35 +151,13 @@ COMMENT ON TABLE tickler_lease IS 'The live leases of open events, kept from tic
 CREATE INDEX tickler_lease_grouped ON tickler_lease USING btree (queue, group_key, expires_on) WHERE (group_key IS NOT NULL);
 
 
--- Finished events, partitioned by the day (UTC) of dequeued_on, each day by queue. Same columns in
--- the same order as tickler_event (a finish moves whole rows). No primary key: a partitioned
--- unique index must hold the partition key, and tickler_event hands out the ids.
+-- Finished events, partitioned by the day (UTC) of dequeued_on, each day by queue. The columns of
+-- tickler_event, in the same order (a finish moves whole rows): LIKE copies names, types, NOT NULL,
+-- collations and defaults, but not the identity of id (tickler_event hands out the ids) nor the
+-- CHECK constraints, which are its own, listed here. No primary key: a partitioned unique index
+-- must hold the partition key.
 CREATE TABLE tickler_event_history (
-    id bigint NOT NULL,
-    queue text NOT NULL,
-    item_key text NOT NULL COLLATE pg_catalog."C",
-    group_key text COLLATE pg_catalog."C",
-    schedule_on timestamp with time zone NOT NULL,
-    data jsonb DEFAULT '{}'::jsonb NOT NULL,
-    enqueued_on timestamp with time zone DEFAULT now() NOT NULL,
-    enqueued_by text NOT NULL,
-    dequeued_on timestamp with time zone,
-    dequeued_by text,
-    outcome text,
-    claimed_on timestamp with time zone,
-    claimed_by text,
-    lease_id uuid,
-    lease_expires_on timestamp with time zone,
-    redeliver_count integer DEFAULT 0 NOT NULL,
-    max_attempts integer NOT NULL,
-    last_error text,
-    version integer DEFAULT 1 NOT NULL,
-    claimed_expires_on timestamp with time zone,
-    traceparent text,
-    tracestate text,
-    priority smallint DEFAULT 0 NOT NULL,
-    fairness_key text DEFAULT ''::text NOT NULL COLLATE pg_catalog."C",
-    entry_id bigint,
+    LIKE tickler_event INCLUDING DEFAULTS,
     CONSTRAINT claim_has_claimer CHECK (((claimed_on IS NULL) = (claimed_by IS NULL))),
     CONSTRAINT data_is_object CHECK ((jsonb_typeof(data) = 'object'::text)),
     CONSTRAINT finished_has_actor CHECK (((dequeued_on IS NULL) = (dequeued_by IS NULL))),
