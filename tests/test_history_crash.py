@@ -71,3 +71,65 @@ def test_kill_9_mid_finish_loses_and_duplicates_nothing(
     assert counters(raw, "emails").get("open", 0) == 0
     assert one(raw, "SELECT count(DISTINCT id) FROM tickler_event_history WHERE queue = 'emails'") == EVENTS
     assert one(raw, "SELECT count(*) FROM tickler_timeline_all WHERE action IN ('delivered', 'dead')") == EVENTS
+
+
+BATCH = 2000
+
+
+def test_kill_9_mid_maintenance_loses_and_duplicates_nothing(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], database_url: str
+) -> None:
+    """A maintenance pass gives rows of the DEFAULT partition their day in one transaction: killed
+    at any moment, every row is in one place once, its day's counters equal its rows, and the
+    next pass finishes the work."""
+    make_queue("emails")
+    for round_ in range(3):  # kill it three times, at three moments of its work
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.workers.maintaining", database_url, "emails", str(BATCH)],
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        target = written(raw) + BATCH * (2 + round_) + 1
+
+        def progressed(target: int = target) -> bool:
+            return written(raw) >= target
+
+        wait_until(progressed, timeout=60, what="the process writing and maintaining history")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        history_is_whole(raw)
+
+    store.history.maintain(days_ahead=1)
+    history_is_whole(raw)
+    assert one(raw, "SELECT count(*) FROM tickler_event_history_default") == 0
+
+
+def written(raw: psycopg.Connection[Any]) -> int:
+    return int(one(raw, "SELECT count(*) FROM tickler_event_history WHERE queue = 'emails'"))
+
+
+def history_is_whole(raw: psycopg.Connection[Any]) -> None:
+    """Whole batches, each once; each row in its day's partition or in DEFAULT; counters = rows."""
+    rows, distinct, top = raw.execute(
+        "SELECT count(*), count(DISTINCT id), coalesce(max(id), -1) FROM tickler_event_history WHERE queue = 'emails'"
+    ).fetchone()  # type: ignore[misc]
+    assert rows == distinct == top + 1 and rows % BATCH == 0, (rows, distinct, top)
+    misplaced = one(
+        raw,
+        "SELECT count(*) FROM tickler_event_history AS h JOIN tickler_history_partition AS p"
+        " ON p.name = h.tableoid::regclass::text"
+        " WHERE h.queue = 'emails'"
+        " AND NOT (h.dequeued_on >= coalesce(p.day_from, '-infinity') AND h.dequeued_on < p.day_to)",
+    )
+    assert misplaced == 0
+    kept = dict(
+        raw.execute(
+            "SELECT day, sum(n)::bigint FROM tickler_history_count WHERE queue = 'emails' GROUP BY 1 HAVING sum(n) <> 0"
+        ).fetchall()
+    )
+    counted = dict(
+        raw.execute(
+            "SELECT (dequeued_on AT TIME ZONE 'UTC')::date, count(*) FROM tickler_event_history"
+            " WHERE queue = 'emails' GROUP BY 1"
+        ).fetchall()
+    )
+    assert kept == counted
