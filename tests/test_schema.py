@@ -131,3 +131,35 @@ def test_numbered_migrations_from_now_on_move_tables_and_data_only() -> None:
             assert not re.search(r"CREATE (OR REPLACE )?(FUNCTION|TRIGGER|VIEW)", migration.sql, re.IGNORECASE), (
                 f"{migration.label} defines code: it belongs in scheduler/database/, edited in place"
             )
+
+
+# The newest numbered step of the release before this one: its workers keep running while
+# `tickler migrate` brings the database to this release (docs/deploy.md, "Upgrading").
+PREVIOUS_RELEASE = 74
+
+
+def test_the_previous_release_keeps_every_function_and_view_it_calls_through_an_upgrade(admin_url: str) -> None:
+    """An upgrade runs while the previous release still serves: the code files may change a
+    function's body, never take away a function, a signature, a table column or a view column
+    that release reads."""
+    url = pg.create_database(admin_url, prefix="tickler_previous")
+    try:
+        migrate(url, through=PREVIOUS_RELEASE)
+        before, before_views = snapshot(url), view_columns(url)
+        migrate(url)
+        after, after_views = snapshot(url), view_columns(url)
+    finally:
+        pg.drop_database(admin_url, url)
+    assert set(before["function"]) - set(after["function"]) == set()
+    assert set(before["column"]) - set(after["column"]) == set()
+    assert before_views - after_views == set()
+
+
+def view_columns(url: str) -> set[str]:
+    with psycopg.connect(libpq_url(url)) as conn:
+        rows = conn.execute(
+            "SELECT c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)"
+            " FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid"
+            " WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'v' AND a.attnum > 0"
+        ).fetchall()
+    return {row[0] for row in rows}
