@@ -3,8 +3,9 @@ the engine whose pool holds its connections; and the one translation of the driv
 
 A named query runs one way (sql.run on a psycopg connection): alone with driver_rows, or in a
 transaction of driver_connection, on a connection of the engine's pool. SQLAlchemy is the pool
-(and the disconnect and stale-statement handling around it); the store's multi-statement
-transactions still run q() statements through SQLAlchemy connections of the same pool."""
+(and the disconnect and stale-statement handling around it); statements that still run as q()
+through SQLAlchemy connections of the same pool (the event and lease stores') have their errors
+translated by SQLAlchemy itself."""
 
 from __future__ import annotations
 
@@ -230,10 +231,16 @@ def driver_connection(
 
 
 def driver_rows(
-    engine: sa.Engine, statement: str, params: Mapping[str, Any] | None = None, *, tuples: bool = False
+    engine: sa.Engine,
+    statement: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    tuples: bool = False,
+    prepare: bool | None = True,
 ) -> list[Any]:
     """Run one statement (sql.driver_sql(name)) in its own transaction (autocommit) on a pooled
-    connection (driver_connection), prepared, its rows as dicts (`tuples`: as tuples): sql.run.
+    connection (driver_connection), prepared (`prepare`: as sql.run takes it), its rows as dicts
+    (`tuples`: as tuples): sql.run.
     A statement that a migration made stale on its connection (stale_prepared_statement: refused
     before it ran, so nothing was done) runs again once, on a new connection: the pool's idle
     connections, which prepared the same statements, are closed first (as SQLAlchemy does for its
@@ -242,7 +249,7 @@ def driver_rows(
     for attempt in (1, 2):
         try:
             with driver_connection(engine, statement, params, autocommit=True) as conn:
-                return run(conn, statement, params, tuples=tuples)
+                return run(conn, statement, params, tuples=tuples, prepare=prepare)
         except sa.exc.DBAPIError as error:
             if attempt == 2 or not stale_prepared_statement(error):
                 raise

@@ -8,11 +8,13 @@ A `-- fragment: x` block of a file is no query: a line `-- include: x` of a quer
 is replaced by its text (e.g. CTEs that several statements share word for word).
 
 A query runs on a psycopg connection with `run(conn, driver_sql(name), params)`: prepared, its rows
-as dicts or tuples. The connection is a pooled one of the store's engine (db.driver_rows and
-db.driver_connection, which also translate the driver's errors as SQLAlchemy's for the API), or
-the command line's own (plain.py). Neither this module nor plain.py imports SQLAlchemy: a short
-command starts without it. `q(name)`, the query as a SQLAlchemy `text()` statement, is for the
-statements that still run through a SQLAlchemy connection (see db.py)."""
+as dicts or tuples (`rowcount`: the number of rows it changed). The connection is a pooled one of
+the store's engine (db.driver_rows and db.driver_connection, which also translate the driver's
+errors as SQLAlchemy's for the API), the command line's own (plain.py) or a pipeline job's. The
+SQL files of a folder (the dashboard's, in store/) are read by `file_queries`. Neither this module
+nor plain.py imports SQLAlchemy: a short command starts without it. `q(name)`, the query as a
+SQLAlchemy `text()` statement, is for the statements that still run through a SQLAlchemy
+connection (the event and lease stores', see db.py)."""
 
 from __future__ import annotations
 
@@ -98,14 +100,23 @@ def q(name: str) -> sa.TextClause:
 
 
 # SQLAlchemy's text() reads a bind parameter as a colon and a name, not after another colon or a
-# word character (`::text` casts, `10:30`) and not before a colon; `\:` is a literal colon.
-_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
+# word character (`::text` casts, `10:30`), and whole: a name followed by a colon (`:scan:` in a
+# comment) is none, not a shorter one; `\:` is a literal colon.
+_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?![:\w])")
 
 
 def pyformat(sql: str) -> str:
     """A query of the SQL files in psycopg's parameter style (`%(name)s`), read as SQLAlchemy's
     text() reads it."""
     return _BIND.sub(r"%(\1)s", sql.replace("%", "%%")).replace("\\:", ":")
+
+
+@cache
+def file_queries(package: str, filename: str) -> dict[str, str]:
+    """The named queries of one SQL file of `package` (its own names: not those of sources()),
+    in psycopg's placeholders, as driver_sql spells them."""
+    source = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    return {name: pyformat(sql) for name, sql in parse_queries(source).items()}
 
 
 @cache
@@ -132,3 +143,17 @@ def run(
         cursor.execute(statement, params, prepare=prepare)
         # rownumber is None when the statement returned no rows at all (description builds a list)
         return cursor.fetchall() if cursor.rownumber is not None else []
+
+
+def rowcount(
+    conn: psycopg.Connection[Any],
+    statement: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    prepare: bool | None = True,
+) -> int:
+    """Run one statement as run() does, for the number of rows it changed (a DELETE's, an
+    UPDATE's); rows it returns are dropped."""
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        cursor.execute(statement, params, prepare=prepare)
+        return cursor.rowcount

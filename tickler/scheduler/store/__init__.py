@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from tickler.scheduler.db import driver_rows
 from tickler.scheduler.store.events import EventChanges, EventStore, SearchFilter
 from tickler.scheduler.store.history import HistoryPass, HistoryStore
 from tickler.scheduler.store.leases import LeaseStore
@@ -36,9 +37,7 @@ __all__ = [
 
 
 # A failover to a hot standby, or `default_transaction_read_only = on`: reads work, writes fail.
-_WRITABLE = sa.text(
-    "SELECT pg_is_in_recovery() AS standby, current_setting('transaction_read_only') = 'on' AS read_only"
-)
+_WRITABLE = "SELECT pg_is_in_recovery() AS standby, current_setting('transaction_read_only') = 'on' AS read_only"
 
 
 class Store:
@@ -55,11 +54,9 @@ class Store:
         self.statistics = StatisticsStore(engine)
 
     def ping(self) -> None:
-        with self.engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
+        driver_rows(self.engine, "SELECT 1", prepare=False)
 
     def refuses_writes(self) -> str | None:
         """Why the database would refuse a write now ("standby", "read_only"), or None."""
-        with self.engine.connect() as conn:
-            row = conn.execute(_WRITABLE).one()
-        return "standby" if row.standby else "read_only" if row.read_only else None
+        [row] = driver_rows(self.engine, _WRITABLE)
+        return "standby" if row["standby"] else "read_only" if row["read_only"] else None

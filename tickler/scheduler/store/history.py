@@ -9,7 +9,8 @@ from datetime import datetime
 import sqlalchemy as sa
 from psycopg import errors
 
-from tickler.scheduler.sql import q
+from tickler.scheduler.db import driver_connection
+from tickler.scheduler.sql import driver_sql, run
 from tickler.scheduler.store.base import EngineStore
 
 # Days of partitions created ahead of today: writes land in their day's partition, not the default.
@@ -34,13 +35,15 @@ class HistoryStore(EngineStore):
         work. `wait`: while another process is at it, wait for it and then make this pass (the
         pass asked for, with its clock); otherwise return at once, having done nothing (the
         dispatchers' periodic job: the other pass does the same work)."""
+        params = {"now": now, "days_ahead": days_ahead}
+        statement = driver_sql("maintain_history")
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                with self.engine.begin() as conn:
+                with driver_connection(self.engine, statement, params) as conn:
                     if wait:  # the pass's own try-lock then finds it held by this transaction
-                        conn.execute(q("wait_for_history_pass"))
-                    row = conn.execute(q("maintain_history"), {"now": now, "days_ahead": days_ahead}).one()
-                return HistoryPass(tuple(row.created or ()), tuple(row.dropped or ()))
+                        run(conn, driver_sql("wait_for_history_pass"))
+                    [row] = run(conn, statement, params)
+                return HistoryPass(tuple(row["created"] or ()), tuple(row["dropped"] or ()))
             except sa.exc.OperationalError as error:
                 if not isinstance(error.orig, errors.LockNotAvailable) or attempt == ATTEMPTS:
                     raise

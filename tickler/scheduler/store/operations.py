@@ -10,10 +10,11 @@ from typing import Any, NoReturn
 
 import sqlalchemy.exc
 
+from tickler.scheduler.db import driver_connection
 from tickler.scheduler.errors import KeyConflict, NotFound, QueueInUse
 from tickler.scheduler.models import Event, Queue
 from tickler.scheduler.plain import gauge_values
-from tickler.scheduler.sql import q
+from tickler.scheduler.sql import driver_sql, rowcount, run
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.search import Matching
 
@@ -60,23 +61,21 @@ class EventOperations(EngineStore):
             "now": now,
         }
         try:
-            with self.engine.begin() as conn:
-                row = conn.execute(q("retry_event"), params).mappings().first()
+            rows = self.rows("retry_event", params)
         except sqlalchemy.exc.IntegrityError as error:
             if not _is_open_key_conflict(error):
                 raise
-            row = None  # an event of this key was scheduled meanwhile: it is the open one
-        if row is not None:
-            return Event.from_row(row)
+            rows = []  # an event of this key was scheduled meanwhile: it is the open one
+        if rows:
+            return Event.from_row(rows[0])
         self._raise_not_retried(queue, item_key, now)
 
     def _raise_not_retried(self, queue: str, item_key: str, now: datetime | None) -> NoReturn:
-        with self.engine.connect() as conn:
-            params = {"queue": queue, "item_key": item_key, "now": now}
-            open_row = conn.execute(q("get_open_event"), params).mappings().first()
-        if open_row is not None:
+        open_rows = self.rows("get_open_event", {"queue": queue, "item_key": item_key, "now": now})
+        if open_rows:
             raise KeyConflict(
-                "The key already has an open event; only a dead event can be retried.", event=Event.from_row(open_row)
+                "The key already has an open event; only a dead event can be retried.",
+                event=Event.from_row(open_rows[0]),
             )
         raise NotFound(f"The most recent event of key {item_key!r} in queue {queue!r} is not dead.")
 
@@ -86,8 +85,8 @@ class EventOperations(EngineStore):
         params = {"queue": queue, "actor": actor, "now": now, **matching.params()}
         for _ in range(_RETRY_MATCHING_ATTEMPTS):
             try:
-                with self.engine.begin() as conn:
-                    return int(conn.execute(q("retry_matching"), params).scalar_one())
+                [[retried]] = self.rows("retry_matching", params, tuples=True)
+                return int(retried)
             except sqlalchemy.exc.IntegrityError as error:
                 if not _is_open_key_conflict(error):
                     raise
@@ -128,11 +127,10 @@ class QueueOperations(EngineStore):
         return self._set_paused(name, False)
 
     def _set_paused(self, name: str, paused: bool) -> Queue:
-        with self.engine.begin() as conn:
-            row = conn.execute(q("set_queue_paused"), {"name": name, "paused": paused}).mappings().first()
-        if row is None:
+        rows = self.rows("set_queue_paused", {"name": name, "paused": paused})
+        if not rows:
             raise NotFound(f"No queue named {name!r}.")
-        return Queue.from_row(row)
+        return Queue.from_row(rows[0])
 
     def delete(self, name: str, *, actor: str, cancel_open: bool = False, now: datetime | None = None) -> DeletedQueue:
         """Delete the queue and its events; its keys' timelines stay. The name is free again.
@@ -141,29 +139,32 @@ class QueueOperations(EngineStore):
         first, reason "queue deleted", with their timeline entries) or while an unfinished archive
         run holds some of its events; NotFound when there is no such queue.
         """
-        with self.engine.begin() as conn:
+        named = {"name": name}
+        with driver_connection(self.engine, driver_sql("delete_queue"), named) as conn:
             # Locked first: no event of this queue can be scheduled until we are done.
-            if conn.execute(q("lock_queue_for_delete"), {"name": name}).first() is None:
+            if not run(conn, driver_sql("lock_queue_for_delete"), named):
                 raise NotFound(f"No queue named {name!r}.")
-            if conn.execute(q("queue_in_archive_run"), {"name": name}).scalar_one():
+            [[archiving]] = run(conn, driver_sql("queue_in_archive_run"), named, tuples=True)
+            if archiving:
                 raise QueueInUse(f"An unfinished archive run holds events of queue {name!r}; run the archive first.")
             cancelled = 0
             if cancel_open:
                 params = {"name": name, "actor": actor, "now": now}
-                cancelled = int(conn.execute(q("cancel_queue_events"), params).scalar_one())
+                [[count]] = run(conn, driver_sql("cancel_queue_events"), params, tuples=True)
+                cancelled = int(count)
             else:
-                open_events = conn.execute(q("queue_open_events"), {"name": name, "limit": 1}).scalar_one()
+                [[open_events]] = run(conn, driver_sql("queue_open_events"), {**named, "limit": 1}, tuples=True)
                 if open_events:
                     raise QueueInUse(
                         f"Queue {name!r} still holds open events; cancel them first, or delete with cancel_open=true."
                     )
-            conn.execute(q("keep_queue_entries"), {"name": name})
-            deleted = conn.execute(q("delete_queue_events"), {"name": name}).rowcount
-            conn.execute(q("delete_queue_counts"), {"name": name})
-            conn.execute(q("delete_queue_minute_stats"), {"name": name})
+            run(conn, driver_sql("keep_queue_entries"), named)
+            deleted = rowcount(conn, driver_sql("delete_queue_events"), named)
+            run(conn, driver_sql("delete_queue_counts"), named)
+            run(conn, driver_sql("delete_queue_minute_stats"), named)
             # Its schedules go with it (ON DELETE CASCADE); their keys' timelines say so.
-            conn.execute(q("log_queue_schedules_deleted"), {"name": name, "actor": actor, "now": now})
-            conn.execute(q("delete_queue"), {"name": name}).one()
+            run(conn, driver_sql("log_queue_schedules_deleted"), {**named, "actor": actor, "now": now})
+            [_] = run(conn, driver_sql("delete_queue"), named)
         return DeletedQueue(name=name, cancelled=cancelled, deleted_events=deleted)
 
     def gauges(self, names: list[str] | None = None, *, now: datetime | None = None) -> list[QueueGauges]:

@@ -11,7 +11,7 @@ from tickler.config import Settings
 from tickler.scheduler.db import driver_connection
 from tickler.scheduler.errors import Invalid, NotFound
 from tickler.scheduler.models import Queue
-from tickler.scheduler.sql import driver_sql, q, run
+from tickler.scheduler.sql import driver_sql, run
 from tickler.scheduler.store.operations import QueueOperations
 
 # Days of history a new queue keeps (SPEC §9).
@@ -57,16 +57,16 @@ class PutQueueResult:
 class QueueStore(QueueOperations):
     def put(self, name: str, wanted: QueueSettings, defaults: Settings) -> PutQueueResult:
         """Create the queue `name`, or change the settings given in `wanted`."""
-        with self.engine.begin() as conn:
-            row = conn.execute(q("get_queue_for_update"), {"name": name}).mappings().first()
-            current = Queue.from_row(row) if row else None
+        with driver_connection(self.engine, driver_sql("upsert_queue"), {"name": name}) as conn:
+            rows = run(conn, driver_sql("get_queue_for_update"), {"name": name})
+            current = Queue.from_row(rows[0]) if rows else None
             values = _merge(name, wanted, current, defaults)
             secret = current.signing_secret if current else None
             new_secret = None
             if values["delivery_mode"] == "webhook" and (secret is None or wanted.rotate_signing_secret):
                 secret = new_secret = new_signing_secret()
             values["signing_secret"] = secret
-            result = conn.execute(q("upsert_queue"), values).mappings().one()
+            [result] = run(conn, driver_sql("upsert_queue"), values)
         return PutQueueResult(Queue.from_row(result), bool(result["created"]), new_secret)
 
     def get(self, name: str) -> Queue:

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-
+from tickler.scheduler.db import driver_rows
 from tickler.scheduler.store.base import EngineStore
 
 # Which tables: those that every claim reads. Fixed names, never input (they are quoted anyway).
@@ -73,9 +72,9 @@ class StatisticsStore(EngineStore):
         (autovacuum, another dispatcher): that one gathers the statistics."""
         if table not in HOT_TABLES:
             raise ValueError(f"not a hot table: {table}")
-        with self.autocommit.connect() as conn:
-            # ANALYZE takes no parameters: the name is one of HOT_TABLES, quoted.
-            conn.execute(sa.text(f"ANALYZE (SKIP_LOCKED) {conn.dialect.identifier_preparer.quote(table)}"))
+        # ANALYZE takes no parameters: the name is one of HOT_TABLES, quoted.
+        name = self.engine.dialect.identifier_preparer.quote(table)
+        driver_rows(self.engine, f"ANALYZE (SKIP_LOCKED) {name}", prepare=False)
 
     def vacuum(self, table: str) -> None:
         """VACUUM one swept table (its dead rows' space is reused by the next inserts), skipping it
@@ -84,7 +83,6 @@ class StatisticsStore(EngineStore):
         for (up to 20 ms, each time), and the next leases would only grow it again."""
         if table not in SWEPT_TABLES:
             raise ValueError(f"not a swept table: {table}")
-        with self.autocommit.connect() as conn:
-            # VACUUM takes no parameters and no transaction: the name is one of SWEPT_TABLES, quoted.
-            name = conn.dialect.identifier_preparer.quote(table)
-            conn.execute(sa.text(f"VACUUM (SKIP_LOCKED, TRUNCATE false) {name}"))
+        # VACUUM takes no parameters and no transaction: the name is one of SWEPT_TABLES, quoted.
+        name = self.engine.dialect.identifier_preparer.quote(table)
+        driver_rows(self.engine, f"VACUUM (SKIP_LOCKED, TRUNCATE false) {name}", prepare=False)

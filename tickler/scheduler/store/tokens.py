@@ -6,11 +6,9 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-
-import sqlalchemy as sa
+from typing import Any
 
 from tickler.scheduler.models import Principal
-from tickler.scheduler.sql import q
 from tickler.scheduler.store.base import EngineStore
 
 TOKEN_PREFIX = "tkl_"
@@ -32,7 +30,7 @@ class TokenInfo:
     revoked_on: datetime | None
 
 
-def _info(row: sa.RowMapping) -> TokenInfo:
+def _info(row: Any) -> TokenInfo:
     return TokenInfo(
         row["id"], row["principal"], row["is_admin"], tuple(row["queues"]), row["created_on"], row["revoked_on"]
     )
@@ -48,20 +46,13 @@ class TokenStore(EngineStore):
     ) -> tuple[str, TokenInfo]:
         """Create a token; return it (shown this once) and what is kept of it."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        with self.engine.begin() as conn:
-            row = (
-                conn.execute(
-                    q("create_token"),
-                    {
-                        "principal": principal,
-                        "token_hash": hash_token(token),
-                        "is_admin": is_admin,
-                        "queues": sorted(set(queues)),
-                    },
-                )
-                .mappings()
-                .one()
-            )
+        params = {
+            "principal": principal,
+            "token_hash": hash_token(token),
+            "is_admin": is_admin,
+            "queues": sorted(set(queues)),
+        }
+        [row] = self.rows("create_token", params)
         return token, _info(row)
 
     def list(self) -> list[TokenInfo]:
@@ -69,9 +60,8 @@ class TokenStore(EngineStore):
 
     def revoke(self, token_id: int) -> TokenInfo | None:
         """Revoke a token (again: no change); None when there is no such token."""
-        with self.engine.begin() as conn:
-            row = conn.execute(q("revoke_token"), {"id": token_id}).mappings().first()
-        return _info(row) if row else None
+        rows = self.rows("revoke_token", {"id": token_id})
+        return _info(rows[0]) if rows else None
 
     def authenticate(self, token: str) -> Principal | None:
         rows = self.rows("find_token", {"token_hash": hash_token(token)})
