@@ -14,16 +14,18 @@ occurrences came due), `catch_up` says which of the missed ones are enqueued lat
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 import structlog
 
 from tickler.scheduler import cron, tracing
+from tickler.scheduler.db import driver_connection
 from tickler.scheduler.rules import format_timestamp
-from tickler.scheduler.sql import q
+from tickler.scheduler.sql import driver_sql, run
 from tickler.scheduler.tracing import TraceContext
 
 log = structlog.get_logger(__name__)
@@ -39,6 +41,8 @@ _LOOK_BACK = (timedelta(hours=1), timedelta(days=1), timedelta(days=32), timedel
 # A schedule whose stored expression no longer parses (a time zone gone from tzdata) is looked at
 # again this much later, instead of failing every run.
 _RETRY_BROKEN = timedelta(hours=1)
+# A schedule's row as lock_due_schedules and lock_schedule return it (with `db_now`), by column name.
+Schedule = Mapping[str, Any]
 
 
 def actor(schedule_key: str) -> str:
@@ -65,7 +69,7 @@ def missed(expression: cron.Cron, after: datetime, until: datetime, n: int) -> l
     return found[-n:]
 
 
-def advance(conn: sa.Connection, schedule: sa.RowMapping, *, now: datetime | None) -> int:
+def advance(conn: psycopg.Connection[Any], schedule: Schedule, *, now: datetime | None) -> int:
     """Enqueue what a locked schedule owes at `schedule["db_now"]` and move its cursor; return
     how many events were inserted. `now` is passed on to the inserts (None: database clock)."""
     at: datetime = schedule["db_now"]
@@ -91,7 +95,9 @@ def advance(conn: sa.Connection, schedule: sa.RowMapping, *, now: datetime | Non
     return inserted
 
 
-def _enqueue(conn: sa.Connection, schedule: sa.RowMapping, occurrences: list[datetime], *, now: datetime | None) -> int:
+def _enqueue(
+    conn: psycopg.Connection[Any], schedule: Schedule, occurrences: list[datetime], *, now: datetime | None
+) -> int:
     if not occurrences:
         return 0
     key = schedule["schedule_key"]
@@ -109,8 +115,9 @@ def _enqueue(conn: sa.Connection, schedule: sa.RowMapping, occurrences: list[dat
         }
         for n, occurrence in enumerate(occurrences)
     ]
-    rows = conn.execute(
-        q("schedule_many"),  # the one write path (tickler_schedule), like the API's batch
+    rows = run(
+        conn,
+        driver_sql("schedule_many"),  # the one write path (tickler_schedule), like the API's batch
         {
             "queue": schedule["queue"],
             "events": json.dumps(events, separators=(",", ":")),
@@ -119,14 +126,14 @@ def _enqueue(conn: sa.Connection, schedule: sa.RowMapping, occurrences: list[dat
             "now": now,
             "debounce_max_seconds": None,
         },
-    ).all()
+    )
     if tracing.enabled():
-        _trace_occurrences(conn, schedule, [row for row in rows if row.outcome == "created"])
+        _trace_occurrences(conn, schedule, [row for row in rows if row["outcome"] == "created"])
     # A key already open (someone scheduled that exact key by hand) keeps its event.
-    return sum(1 for row in rows if row.outcome == "created")
+    return sum(1 for row in rows if row["outcome"] == "created")
 
 
-def _trace_occurrences(conn: sa.Connection, schedule: sa.RowMapping, created: list[sa.Row[Any]]) -> None:
+def _trace_occurrences(conn: psycopg.Connection[Any], schedule: Schedule, created: list[dict[str, Any]]) -> None:
     """Each occurrence starts a trace of its own (a `create` span), linked to the schedule's last
     change; the event keeps that span's context, as an event scheduled over HTTP keeps its own."""
     change = TraceContext.parse(schedule.get("traceparent"), schedule.get("tracestate"))
@@ -137,16 +144,17 @@ def _trace_occurrences(conn: sa.Connection, schedule: sa.RowMapping, created: li
             schedule["queue"],
             root=True,
             links=[change],
-            messaging__message__id=str(row.id),
-            tickler__item_key=row.item_key,
+            messaging__message__id=str(row["id"]),
+            tickler__item_key=row["item_key"],
             tickler__schedule_key=schedule["schedule_key"],
         ) as span:
             if span.context is not None:
-                ids.append(row.id)
+                ids.append(row["id"])
                 traces.append(span.context)
     if ids:
-        conn.execute(
-            q("set_trace_context"),
+        run(
+            conn,
+            driver_sql("set_trace_context"),
             {
                 "ids": ids,
                 "traceparents": [t.traceparent for t in traces],
@@ -156,15 +164,16 @@ def _trace_occurrences(conn: sa.Connection, schedule: sa.RowMapping, created: li
 
 
 def _move(
-    conn: sa.Connection,
-    schedule: sa.RowMapping,
+    conn: psycopg.Connection[Any],
+    schedule: Schedule,
     *,
     through: datetime | None,
     due_on: datetime,
     last: datetime | None,
 ) -> None:
-    conn.execute(
-        q("advance_schedule"),
+    run(
+        conn,
+        driver_sql("advance_schedule"),
         {
             "queue": schedule["queue"],
             "schedule_key": schedule["schedule_key"],
@@ -180,8 +189,9 @@ def enqueue_due(engine: sa.Engine, *, now: datetime | None = None, batch: int = 
     many events were enqueued. Safe to run in any number of processes at once."""
     total = 0
     while True:
-        with engine.begin() as conn:
-            rows = conn.execute(q("lock_due_schedules"), {"now": now, "limit": batch}).mappings().all()
+        params = {"now": now, "limit": batch}
+        with driver_connection(engine, driver_sql("lock_due_schedules"), params) as conn:
+            rows = run(conn, driver_sql("lock_due_schedules"), params)
             for row in rows:
                 total += advance(conn, row, now=now)
         if len(rows) < batch:

@@ -13,16 +13,18 @@ Occurrences that already came due are never touched: they finish like any other 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
+import psycopg
 
 from tickler.scheduler import cron, recurring
+from tickler.scheduler.db import driver_connection
 from tickler.scheduler.errors import NotFound
 from tickler.scheduler.rules import record_json
-from tickler.scheduler.sql import q
+from tickler.scheduler.sql import driver_sql, pyformat, run
 from tickler.scheduler.states import Action
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.tracing import TraceContext
@@ -31,6 +33,8 @@ from tickler.scheduler.tracing import TraceContext
 FIELDS = ("cron", "timezone", "data", "group_key", "catch_up", "paused", "priority", "fairness_key")
 # due_on of a schedule with work to do at once (see migrations/0010_schedules.sql).
 _AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)
+# A schedule's row as its statements return it (lock_schedule: with `db_now`), by column name.
+Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class Schedule:
     fairness_key: str | None = None
 
     @classmethod
-    def from_row(cls, row: sa.RowMapping, now: datetime, upcoming: int = 5) -> Schedule:
+    def from_row(cls, row: Mapping[str, Any], now: datetime, upcoming: int = 5) -> Schedule:
         """`next_occurrences`: the next `upcoming` after `now`; none while paused."""
         nexts: list[datetime] = []
         if not row["paused"] and upcoming:
@@ -107,44 +111,47 @@ class ScheduleStore(EngineStore):
         trace: TraceContext | None = None,
     ) -> tuple[Schedule, bool]:
         """Create or change a schedule and enqueue its next occurrence; returns (it, created)."""
-        with self.engine.begin() as conn:
-            params = {"queue": queue, "schedule_key": schedule_key, "now": now}
+        params = {"queue": queue, "schedule_key": schedule_key, "now": now}
+        with driver_connection(self.engine, driver_sql("lock_schedule"), params) as conn:
             created = False
             logged: tuple[Action, list[str]] | None = None
-            row = conn.execute(q("lock_schedule"), params).mappings().first()
-            if row is None:
-                inserted = conn.execute(
-                    q("insert_schedule"), {**params, **_spec_params(spec, stored=True), "actor": actor}
+            rows = run(conn, driver_sql("lock_schedule"), params)
+            if not rows:
+                inserted = run(
+                    conn, driver_sql("insert_schedule"), {**params, **_spec_params(spec, stored=True), "actor": actor}
                 )
-                created = inserted.first() is not None
-                row = conn.execute(q("lock_schedule"), params).mappings().one()
+                created = bool(inserted)
+                [row] = run(conn, driver_sql("lock_schedule"), params)
                 if created:
                     logged = (Action.SCHEDULE_CREATED, list(FIELDS))
+            else:
+                row = rows[0]
             if not created:
                 row, changed = self._change(conn, row, spec, actor=actor, now=now)
                 if changed:
                     logged = (Action.SCHEDULE_UPDATED, changed)
             if logged is not None and (trace is not None or row.get("traceparent") is not None):
-                conn.execute(
-                    q("set_schedule_trace"),
+                run(
+                    conn,
+                    driver_sql("set_schedule_trace"),
                     {
                         **params,
                         "traceparent": trace.traceparent if trace else None,
                         "tracestate": trace.tracestate if trace else None,
                     },
                 )
-                row = conn.execute(q("lock_schedule"), params).mappings().one()
+                [row] = run(conn, driver_sql("lock_schedule"), params)
             if not row["paused"] and row["due_on"] <= row["db_now"]:
                 recurring.advance(conn, row, now=now)
-            final = conn.execute(q("lock_schedule"), params).mappings().one()
+            [final] = run(conn, driver_sql("lock_schedule"), params)
             if logged is not None:
                 # After advance(): the entry can say when the schedule fires next.
                 self._log(conn, final, logged[0], actor, now, {"changed": logged[1]}, _next_waiting(final))
             return Schedule.from_row(final, row["db_now"]), created
 
     def _change(
-        self, conn: sa.Connection, row: sa.RowMapping, spec: ScheduleSpec, *, actor: str, now: datetime | None
-    ) -> tuple[sa.RowMapping, list[str]]:
+        self, conn: psycopg.Connection[Any], row: Row, spec: ScheduleSpec, *, actor: str, now: datetime | None
+    ) -> tuple[Row, list[str]]:
         """Apply a PUT to a locked schedule (see the module's docstring); returns the schedule
         and the names of the fields that changed."""
         wanted = _spec_params(spec)
@@ -167,8 +174,9 @@ class ScheduleStore(EngineStore):
             else:
                 self._cancel_waiting(conn, row, actor, "schedule updated", now)
                 through, due_on = None, _AT_ONCE
-        conn.execute(
-            q("update_schedule"),
+        run(
+            conn,
+            driver_sql("update_schedule"),
             {
                 "queue": row["queue"],
                 "schedule_key": row["schedule_key"],
@@ -180,16 +188,15 @@ class ScheduleStore(EngineStore):
             },
         )
         params = {"queue": row["queue"], "schedule_key": row["schedule_key"], "now": now}
-        return conn.execute(q("lock_schedule"), params).mappings().one(), changed
+        [locked] = run(conn, driver_sql("lock_schedule"), params)
+        return locked, changed
 
-    def _waiting_event(self, conn: sa.Connection, row: sa.RowMapping) -> sa.RowMapping | None:
+    def _waiting_event(self, conn: psycopg.Connection[Any], row: Row) -> Row | None:
         """The open event of the waiting occurrence, if it is still pending and the schedule's."""
         key = recurring.occurrence_key(row["schedule_key"], row["enqueued_through"])
-        found = (
-            conn.execute(q("lock_open_event"), {"queue": row["queue"], "item_key": key, "now": row["db_now"]})
-            .mappings()
-            .first()
-        )
+        params = {"queue": row["queue"], "item_key": key, "now": row["db_now"]}
+        rows = run(conn, driver_sql("lock_open_event"), params)
+        found: Row | None = rows[0] if rows else None
         if (
             found is None
             or found["lease_id"] is not None
@@ -199,23 +206,24 @@ class ScheduleStore(EngineStore):
         return found
 
     def _cancel_waiting(
-        self, conn: sa.Connection, row: sa.RowMapping, actor: str, reason: str, now: datetime | None
+        self, conn: psycopg.Connection[Any], row: Row, actor: str, reason: str, now: datetime | None
     ) -> None:
         event = self._waiting_event(conn, row)
         if event is not None:
             params = {"queue": event["queue"], "item_key": event["item_key"], "actor": actor, "reason": reason}
-            conn.execute(q("cancel_event"), {**params, "now": now, "if_match": None})
+            run(conn, driver_sql("cancel_event"), {**params, "now": now, "if_match": None})
 
     def _update_waiting(
-        self, conn: sa.Connection, row: sa.RowMapping, spec: ScheduleSpec, actor: str, now: datetime | None
+        self, conn: psycopg.Connection[Any], row: Row, spec: ScheduleSpec, actor: str, now: datetime | None
     ) -> None:
         """The waiting occurrence takes the schedule's new data, group, priority and fairness key,
         changed as a PATCH changes an event (tickler_change_event), its entry giving the reason."""
         event = self._waiting_event(conn, row)
         if event is None:
             return
-        conn.execute(
-            q("change_event"),
+        run(
+            conn,
+            driver_sql("change_event"),
             {
                 "queue": event["queue"],
                 "item_key": event["item_key"],
@@ -237,39 +245,42 @@ class ScheduleStore(EngineStore):
         )
 
     def get(self, queue: str, schedule_key: str, *, now: datetime | None = None) -> Schedule:
-        with self.engine.connect() as conn:
-            row = conn.execute(q("get_schedule"), {"queue": queue, "schedule_key": schedule_key}).mappings().first()
+        params = {"queue": queue, "schedule_key": schedule_key}
+        with driver_connection(self.engine, driver_sql("get_schedule"), params) as conn:
+            rows = run(conn, driver_sql("get_schedule"), params)
             at = _db_now(conn, now)
-        if row is None:
+        if not rows:
             raise NotFound(f"No schedule with key {schedule_key!r} in queue {queue!r}.")
-        return Schedule.from_row(row, at)
+        return Schedule.from_row(rows[0], at)
 
     def list(
         self, queue: str, *, after: str | None = None, limit: int = 1000, now: datetime | None = None
     ) -> list[Schedule]:
         """A queue's schedules in key order, `limit` at most, those after the key `after`."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(q("list_schedules"), {"queue": queue, "after": after, "limit": limit}).mappings().all()
+        params = {"queue": queue, "after": after, "limit": limit}
+        with driver_connection(self.engine, driver_sql("list_schedules"), params) as conn:
+            rows = run(conn, driver_sql("list_schedules"), params)
             at = _db_now(conn, now)
         return [Schedule.from_row(row, at) for row in rows]
 
     def delete(self, queue: str, schedule_key: str, *, actor: str, now: datetime | None = None) -> Schedule:
         """Stop a schedule: it is removed and its waiting occurrence cancelled; returns it as it was."""
-        with self.engine.begin() as conn:
-            params = {"queue": queue, "schedule_key": schedule_key, "now": now}
-            row = conn.execute(q("lock_schedule"), params).mappings().first()
-            if row is None:
+        params = {"queue": queue, "schedule_key": schedule_key, "now": now}
+        with driver_connection(self.engine, driver_sql("delete_schedule"), params) as conn:
+            rows = run(conn, driver_sql("lock_schedule"), params)
+            if not rows:
                 raise NotFound(f"No schedule with key {schedule_key!r} in queue {queue!r}.")
+            row = rows[0]
             if row["enqueued_through"] is not None and row["enqueued_through"] > row["db_now"]:
                 self._cancel_waiting(conn, row, actor, "schedule deleted", now)
-            conn.execute(q("delete_schedule"), params)
+            run(conn, driver_sql("delete_schedule"), params)
             self._log(conn, row, Action.SCHEDULE_DELETED, actor, now, {}, None)
             return Schedule.from_row(row, row["db_now"], upcoming=0)
 
     def _log(
         self,
-        conn: sa.Connection,
-        row: sa.RowMapping,
+        conn: psycopg.Connection[Any],
+        row: Row,
         action: str,
         actor: str,
         now: datetime | None,
@@ -286,8 +297,9 @@ class ScheduleStore(EngineStore):
         }
         if row["group_key"] is not None:
             described["group_key"] = row["group_key"]
-        conn.execute(
-            q("log_schedule_change"),
+        run(
+            conn,
+            driver_sql("log_schedule_change"),
             {
                 "queue": row["queue"],
                 "schedule_key": row["schedule_key"],
@@ -314,12 +326,15 @@ def _spec_params(spec: ScheduleSpec, *, stored: bool = False) -> dict[str, Any]:
     }
 
 
-def _db_now(conn: sa.Connection, now: datetime | None) -> datetime:
-    at: datetime = conn.execute(sa.text("SELECT coalesce(CAST(:now AS timestamptz), now())"), {"now": now}).scalar_one()
-    return at
+_DB_NOW = pyformat("SELECT coalesce(CAST(:now AS timestamptz), now())")
 
 
-def _next_waiting(row: sa.RowMapping) -> datetime | None:
+def _db_now(conn: psycopg.Connection[Any], now: datetime | None) -> datetime:
+    [[at]] = run(conn, _DB_NOW, {"now": now}, tuples=True)
+    return at  # type: ignore[no-any-return]
+
+
+def _next_waiting(row: Row) -> datetime | None:
     """The occurrence waiting as an event, for the timeline's `schedule_on` (None: none waits)."""
     through: datetime | None = row["enqueued_through"]
     if row["paused"] or through is None or through <= row["db_now"]:
