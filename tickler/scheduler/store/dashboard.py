@@ -1,6 +1,6 @@
 """What the dashboard (/ui/) reads: queue overviews, per-minute rates, live leases, its session key.
 
-Its SQL lives in `dashboard.sql` beside this module (named blocks, loaded once).
+Its SQL lives in `dashboard.sql` beside this module (named blocks, loaded once), run with sql.run.
 """
 
 from __future__ import annotations
@@ -14,20 +14,24 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tickler.scheduler.db import driver_connection, driver_rows
 from tickler.scheduler.models import Principal
-from tickler.scheduler.sql import parse_queries
+from tickler.scheduler.sql import file_queries, parse_queries, run
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.tokens import hash_token
 
 
+def _sql(name: str) -> str:
+    """A query of dashboard.sql in psycopg's placeholders, for sql.run."""
+    return file_queries("tickler.scheduler.store", "dashboard.sql")[name]
+
+
 @cache
 def _queries() -> dict[str, sa.TextClause]:
+    """dashboard.sql's queries as SQLAlchemy text() statements, for reading their plans (the
+    store runs _sql)."""
     source = resources.files("tickler.scheduler.store").joinpath("dashboard.sql").read_text(encoding="utf-8")
     return {name: sa.text(sql) for name, sql in parse_queries(source).items()}
-
-
-def _q(name: str) -> sa.TextClause:
-    return _queries()[name]
 
 
 @dataclass(frozen=True)
@@ -67,13 +71,13 @@ class DashboardStore(EngineStore):
     def overview(self, names: list[str] | None, *, now: datetime | None = None) -> list[QueueOverview]:
         """Every queue (None) or the named ones, with counts, oldest due time and the last hour's rates."""
         params: dict[str, Any] = {"names": names, "now": now}
-        with self.engine.begin() as conn:
+        with driver_connection(self.engine, _sql("overview"), params) as conn:
             # A handful of index probes per queue, but the planner's estimate for the subqueries
             # (taken per queue, over a table it may not have analysed) can pass the JIT threshold,
             # and compiling the plan then costs a second or more: never worth it here.
-            conn.execute(_q("no_jit"))
-            rows = conn.execute(_q("overview"), params).mappings().all()
-            minutes = conn.execute(_q("minutes"), params).mappings().all()
+            run(conn, _sql("no_jit"))
+            rows = run(conn, _sql("overview"), params)
+            minutes = run(conn, _sql("minutes"), params)
         per_queue: dict[str, dict[datetime, tuple[int, int]]] = {}
         for m in minutes:
             per_queue.setdefault(m["queue"], {})[m["minute"]] = (int(m["delivered"]), int(m["failed"]))
@@ -107,8 +111,7 @@ class DashboardStore(EngineStore):
 
     def live_leases(self, names: list[str] | None, *, limit: int = 500, now: datetime | None = None) -> list[LiveLease]:
         """Leases in flight (at most `limit`), oldest claim first."""
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            rows = conn.execute(_q("live_leases"), {"names": names, "limit": limit, "now": now}).mappings().all()
+        rows = driver_rows(self.engine, _sql("live_leases"), {"names": names, "limit": limit, "now": now})
         return [
             LiveLease(
                 lease_id=str(row["lease_id"]),
@@ -126,10 +129,10 @@ class DashboardStore(EngineStore):
 
     def principal_by_hash(self, token_hash: bytes) -> Principal | None:
         """The principal of a token known by its hash (what a dashboard session keeps), unless revoked."""
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            row = conn.execute(_q("principal_by_hash"), {"token_hash": token_hash}).mappings().first()
-        if row is None:
+        rows = driver_rows(self.engine, _sql("principal_by_hash"), {"token_hash": token_hash})
+        if not rows:
             return None
+        row = rows[0]
         return Principal(name=row["principal"], is_admin=row["is_admin"], queues=frozenset(row["queues"]))
 
     @staticmethod
@@ -138,9 +141,10 @@ class DashboardStore(EngineStore):
 
     def session_secret(self) -> str:
         """The key that signs dashboard sessions: created once, then the same for every process."""
-        with self.engine.begin() as conn:
-            conn.execute(_q("create_ui_secret"), {"secret": secrets.token_urlsafe(48)})
-            return str(conn.execute(_q("get_ui_secret")).scalar_one())
+        with driver_connection(self.engine, _sql("create_ui_secret")) as conn:
+            run(conn, _sql("create_ui_secret"), {"secret": secrets.token_urlsafe(48)})
+            [[secret]] = run(conn, _sql("get_ui_secret"), tuples=True)
+        return str(secret)
 
 
 def _series(by_minute: dict[datetime, tuple[int, int]], now: datetime) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -1,9 +1,10 @@
 """Keyset-paginated search of a queue's events, in (schedule_on, id) order.
 
 Filters are optional and combine, so this one query is built with SQLAlchemy Core (bound
-parameters only) rather than kept as a named query. Open events (tickler_event) and finished ones
-(tickler_event_history, by day) live in different tables; each part is read through its own
-index and the two are merged.
+parameters only) rather than kept as a named query; `statement` writes it out as SQL text and
+parameters, which run as a named query runs (sql.run, on a pooled connection). Open events
+(tickler_event) and finished ones (tickler_event_history, by day) live in different tables; each
+part is read through its own index and the two are merged.
 """
 
 from __future__ import annotations
@@ -145,6 +146,19 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
     if where.after is not None:
         query = query.where(sa.tuple_(e.schedule_on, e.id) > sa.tuple_(*where.after))
     return query.order_by(e.schedule_on, e.id).limit(where.limit)
+
+
+def statement(query: sa.Select[Any], dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
+    """A query built here as db.driver_rows and sql.run take it: its text in psycopg's placeholders
+    (as the engine's `dialect` writes it for its own execution, lists of IN expanded) and its bound
+    parameters (as the dialect's types bind them)."""
+    compiled = query.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
+    processors = compiled._bind_processors  # those SQLAlchemy applies when it executes the query
+    params = {}
+    for name, value in compiled.params.items():
+        processor = processors.get(name)
+        params[name] = processor(value) if callable(processor) else value
+    return str(compiled), params
 
 
 def build_query(queue: str, where: SearchFilter, now: datetime | None) -> sa.Select[Any]:

@@ -2,7 +2,8 @@
 events a search matches (counted up to a cap), and the page before a search page.
 
 Named SQL in `ui_reads.sql`; the search-based reads reuse the event search's own query
-(scheduler/store/search.py), so they match exactly what the pages list.
+(scheduler/store/search.py), so they match exactly what the pages list. All run with sql.run, on
+a pooled connection (db.driver_rows).
 """
 
 from __future__ import annotations
@@ -15,15 +16,23 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tickler.scheduler.db import driver_rows
 from tickler.scheduler.models import Event, TimelineEntry
-from tickler.scheduler.sql import parse_queries
+from tickler.scheduler.sql import file_queries, parse_queries
 from tickler.scheduler.states import OPEN_STATUSES, OUTCOMES
 from tickler.scheduler.store import search
 from tickler.scheduler.store.base import EngineStore
 
 
+def _sql(name: str) -> str:
+    """A query of ui_reads.sql in psycopg's placeholders, for sql.run."""
+    return file_queries("tickler.scheduler.store", "ui_reads.sql")[name]
+
+
 @cache
 def _queries() -> dict[str, sa.TextClause]:
+    """ui_reads.sql's queries as SQLAlchemy text() statements, for reading their plans (the store
+    runs _sql)."""
     source = resources.files("tickler.scheduler.store").joinpath("ui_reads.sql").read_text(encoding="utf-8")
     return {name: sa.text(sql) for name, sql in parse_queries(source).items()}
 
@@ -57,16 +66,14 @@ class UIReads(EngineStore):
         """The `keys` fairness keys with the largest due backlog among the queue's first `scan`
         due events (a bounded read at any backlog)."""
         params = {"queue": queue, "keys": keys, "scan": scan, "now": now}
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            rows = conn.execute(_queries()["fair_backlogs"], params).mappings().all()
+        rows = driver_rows(self.engine, _sql("fair_backlogs"), params)
         seen = int(rows[0]["seen"]) if rows else 0
         return FairBacklogs([(row["fairness_key"] or None, int(row["due"])) for row in rows], seen, seen >= scan)
 
     def timeline_page(self, queue: str, item_key: str, *, before: int | None, limit: int) -> TimelinePage:
         """At most `limit` timeline rows of a key older than row `before`, newest first."""
         params = {"queue": queue, "item_key": item_key, "before": before, "limit": limit + 1}
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            rows = conn.execute(_queries()["timeline_page"], params).mappings().all()
+        rows = driver_rows(self.engine, _sql("timeline_page"), params)
         ids = sorted({row["id"] for row in rows if row["id"] is not None}, reverse=True)
         older = None
         if len(ids) > limit:
@@ -82,9 +89,9 @@ class UIReads(EngineStore):
     def count(self, queue: str, where: search.SearchFilter, *, cap: int, now: datetime | None = None) -> Count:
         """How many events the search matches from its `after` on, counted up to `cap`."""
         listed = search.build_query(queue, replace(where, limit=cap + 1), now).subquery()
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            n = int(conn.execute(sa.select(sa.func.count()).select_from(listed)).scalar_one())
-        return Count(min(n, cap), n > cap)
+        counted = search.statement(sa.select(sa.func.count()).select_from(listed), self.engine.dialect)
+        [[n]] = driver_rows(self.engine, *counted, tuples=True)
+        return Count(min(int(n), cap), int(n) > cap)
 
     def page_before(
         self, queue: str, where: search.SearchFilter, before: tuple[datetime, int], *, now: datetime | None = None
@@ -107,6 +114,5 @@ class UIReads(EngineStore):
                 )
         union = sa.union_all(*(p.subquery().select() for p in parts)).subquery()
         query = sa.select(union).order_by(union.c.schedule_on.desc(), union.c.id.desc()).limit(where.limit)
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            rows = conn.execute(query).mappings().all()
+        rows = driver_rows(self.engine, *search.statement(query, self.engine.dialect))
         return [Event.from_row(row) for row in rows]

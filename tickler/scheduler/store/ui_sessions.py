@@ -7,21 +7,17 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
-from importlib import resources
 
-import sqlalchemy as sa
-
+from tickler.scheduler.db import driver_rows
 from tickler.scheduler.models import Principal
-from tickler.scheduler.sql import parse_queries
+from tickler.scheduler.sql import file_queries
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.tokens import hash_token
 
 
-@cache
-def _queries() -> dict[str, sa.TextClause]:
-    source = resources.files("tickler.scheduler.store").joinpath("ui_sessions.sql").read_text(encoding="utf-8")
-    return {name: sa.text(sql) for name, sql in parse_queries(source).items()}
+def _sql(name: str) -> str:
+    """A query of ui_sessions.sql in psycopg's placeholders, for sql.run."""
+    return file_queries("tickler.scheduler.store", "ui_sessions.sql")[name]
 
 
 def _id_hash(session_id: str) -> bytes:
@@ -43,19 +39,17 @@ class SessionStore(EngineStore):
             "token_hash": hash_token(token),
             "lifetime_seconds": lifetime_seconds,
         }
-        with self.engine.begin() as conn:
-            expires_on: datetime = conn.execute(_queries()["start_ui_session"], params).scalar_one()
+        [[expires_on]] = driver_rows(self.engine, _sql("start_ui_session"), params, tuples=True)
         return session_id, expires_on
 
     def find(self, session_id: str) -> LiveSession | None:
         """The live session with this id (None: unknown, ended, run out, or its token revoked)."""
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            row = conn.execute(_queries()["ui_session_principal"], {"id_hash": _id_hash(session_id)}).mappings().first()
-        if row is None:
+        rows = driver_rows(self.engine, _sql("ui_session_principal"), {"id_hash": _id_hash(session_id)})
+        if not rows:
             return None
+        row = rows[0]
         principal = Principal(name=row["principal"], is_admin=row["is_admin"], queues=frozenset(row["queues"]))
         return LiveSession(principal, row["expires_on"])
 
     def end(self, session_id: str) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(_queries()["end_ui_session"], {"id_hash": _id_hash(session_id)})
+        driver_rows(self.engine, _sql("end_ui_session"), {"id_hash": _id_hash(session_id)})
