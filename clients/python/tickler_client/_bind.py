@@ -1,29 +1,77 @@
 """Turning the call builders into client methods: one definition of each call (its arguments,
 docstring, request and answer), bound to a blocking client by `blocking` and to an asyncio client
-by `awaiting` — so the two clients offer the same calls by construction, not by copying."""
+by `awaiting` — so the two clients offer the same calls by construction, not by copying. Both
+clients also take their connection settings in one place, `Connected`."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from tickler_client._http import AsyncTransport, Call, Transport
+from tickler_client._http import AsyncTransport, Call, Settings, Transport
+from tickler_client._version import __version__
 
 P = ParamSpec("P")
 T = TypeVar("T")
+TransportT = TypeVar("TransportT", Transport, AsyncTransport)
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 30.0
 
 
-class Sends:
+class Connected(Generic[TransportT]):
+    """What both clients share: the connection settings they take (`timeout` sets both
+    timeouts, the specific ones win over it) and the transport their methods send through."""
+
+    _transport: TransportT
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
+        read_timeout: float | None = None,
+        retries: int = 3,
+        retry_backoff: float = 0.25,
+    ) -> None:
+        self._transport = self._connect(
+            Settings(
+                base_url=base_url,
+                token=token,
+                connect_timeout=connect_timeout or timeout or DEFAULT_CONNECT_TIMEOUT,
+                read_timeout=read_timeout or timeout or DEFAULT_READ_TIMEOUT,
+                retries=retries,
+                retry_backoff=retry_backoff,
+                user_agent=f"tickler-client/{__version__}",
+            )
+        )
+
+    def _connect(self, settings: Settings) -> TransportT:
+        raise NotImplementedError
+
+    @property
+    def base_url(self) -> str:
+        return self._transport.base_url
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.base_url!r})"
+
+
+class Sends(Connected[Transport]):
     """A blocking client's base: it holds the transport its methods send through."""
 
-    _transport: Transport
+    def _connect(self, settings: Settings) -> Transport:
+        return Transport(settings)
 
 
-class AwaitsSends:
+class AwaitsSends(Connected[AsyncTransport]):
     """An asyncio client's base."""
 
-    _transport: AsyncTransport
+    def _connect(self, settings: Settings) -> AsyncTransport:
+        return AsyncTransport(settings)
 
 
 def blocking(build: Callable[P, Call[T]]) -> Callable[Concatenate[Sends, P], T]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from tickler_client._fields import UNSET, Unset, deprecated, seconds, statuses, timestamp, when, without_none
+from tickler_client._fields import UNSET, Unset, deprecated, given, seconds, statuses, timestamp, when, without_none
 from tickler_client._http import Answer, Call, segment
 from tickler_client.models import BatchResult, Event, OnConflict, Page, Timeline, parse_event, parse_timeline
 
@@ -149,15 +149,11 @@ def reschedule(
     >>> event = client.get("emails", "welcome:ana@example.com")
     >>> client.reschedule("emails", event.item_key, delay=3600, if_version=event.version)
     """
-    body: dict[str, Any] = when(schedule_on, delay)
-    if data is not None:
-        body["data"] = dict(data)
-    if not isinstance(group_key, Unset):
-        body["group_key"] = group_key
-    if priority is not None:
-        body["priority"] = priority
-    if not isinstance(fairness_key, Unset):
-        body["fairness_key"] = fairness_key
+    body: dict[str, Any] = {
+        **when(schedule_on, delay),
+        **without_none(data=None if data is None else dict(data), priority=priority),
+        **given(group_key=group_key, fairness_key=fairness_key),
+    }
     return Call("PATCH", key_path(queue, item_key), _event, json=body, headers=_if_match(if_version))
 
 

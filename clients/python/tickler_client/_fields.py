@@ -57,6 +57,11 @@ def without_none(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def given(**fields: Any) -> dict[str, Any]:
+    """The fields whose argument was given (None included: there it means "remove")."""
+    return {k: v for k, v in fields.items() if v is not UNSET}
+
+
 def deprecated(old: str, new: str) -> None:
     """Warn once per call site that `old` is an old name, kept so existing callers keep working."""
     warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=4)

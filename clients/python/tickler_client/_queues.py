@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tickler_client._fields import UNSET, Unset, deprecated, without_none
+from tickler_client._fields import UNSET, Unset, deprecated, given, without_none
 from tickler_client._http import Answer, Call, segment
 from tickler_client._model import from_json
 from tickler_client.models import CatchUp, DeletedQueue, Queue, Schedule, parse_schedule
@@ -78,7 +78,7 @@ def put_queue(
     >>> hooks.signing_secret
     'whsec_...'
     """
-    body: dict[str, Any] = without_none(lease_seconds=lease_seconds, max_attempts=max_attempts)
+    body: dict[str, Any] = without_none(lease_seconds=lease_seconds, max_attempts=max_attempts, fair_share=fair_share)
     if pull:
         deprecated("put_queue(pull=True)", 'put_queue(delivery="pull")')
         delivery = delivery or "pull"
@@ -92,14 +92,9 @@ def put_queue(
     )
     if backoff:
         body["backoff"] = backoff
-    if not isinstance(max_in_flight, Unset):
-        body["max_in_flight"] = max_in_flight
-    if not isinstance(rate_per_second, Unset):
-        body["rate_per_second"] = rate_per_second
-    if fair_share is not None:
-        body["fair_share"] = fair_share
-    if not isinstance(max_in_flight_per_key, Unset):
-        body["max_in_flight_per_key"] = max_in_flight_per_key
+    body.update(
+        given(max_in_flight=max_in_flight, rate_per_second=rate_per_second, max_in_flight_per_key=max_in_flight_per_key)
+    )
     if rotate_signing_secret:
         body["rotate_signing_secret"] = True
     return Call("PUT", f"/v1/queues/{segment(name)}", _queue, json=body, safe=not rotate_signing_secret)

@@ -10,9 +10,7 @@ from types import TracebackType
 
 from tickler_client import _events, _leases, _queues, _tokens
 from tickler_client._bind import AwaitsSends, awaiting
-from tickler_client._http import AsyncTransport
 from tickler_client.aio_consume import Handler, run_consumer
-from tickler_client.client import settings
 from tickler_client.consume import ConsumeStats, default_worker_name
 from tickler_client.errors import StaleLease, TicklerError
 from tickler_client.models import Event, Lease, NackResult, Schedule
@@ -57,33 +55,6 @@ class AsyncClient(AwaitsSends):
     create_token = awaiting(_tokens.create_token)
     list_tokens = awaiting(_tokens.list_tokens)
     revoke_token = awaiting(_tokens.revoke_token)
-
-    def __init__(
-        self,
-        base_url: str,
-        token: str,
-        *,
-        timeout: float | None = None,
-        connect_timeout: float | None = None,
-        read_timeout: float | None = None,
-        retries: int = 3,
-        retry_backoff: float = 0.25,
-    ) -> None:
-        self._transport = AsyncTransport(
-            settings(
-                base_url,
-                token,
-                timeout=timeout,
-                connect_timeout=connect_timeout,
-                read_timeout=read_timeout,
-                retries=retries,
-                retry_backoff=retry_backoff,
-            )
-        )
-
-    @property
-    def base_url(self) -> str:
-        return self._transport.base_url
 
     async def ack(self, lease: Lease | str) -> None:
         try:
@@ -204,6 +175,3 @@ class AsyncClient(AwaitsSends):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-    def __repr__(self) -> str:
-        return f"AsyncClient({self.base_url!r})"

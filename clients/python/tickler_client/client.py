@@ -9,36 +9,10 @@ from types import TracebackType
 
 from tickler_client import _events, _leases, _queues, _tokens
 from tickler_client._bind import Sends, blocking
-from tickler_client._http import Settings, Transport
-from tickler_client._version import __version__
+from tickler_client._http import Transport
 from tickler_client.consume import ConsumeStats, default_worker_name, run_consumer
 from tickler_client.errors import StaleLease, TicklerError
 from tickler_client.models import Event, Lease, NackResult, Schedule
-
-DEFAULT_CONNECT_TIMEOUT = 5.0
-DEFAULT_READ_TIMEOUT = 30.0
-
-
-def settings(
-    base_url: str,
-    token: str,
-    *,
-    timeout: float | None,
-    connect_timeout: float | None,
-    read_timeout: float | None,
-    retries: int,
-    retry_backoff: float,
-) -> Settings:
-    """Both clients' settings: `timeout` sets both timeouts, the specific ones win over it."""
-    return Settings(
-        base_url=base_url,
-        token=token,
-        connect_timeout=connect_timeout or timeout or DEFAULT_CONNECT_TIMEOUT,
-        read_timeout=read_timeout or timeout or DEFAULT_READ_TIMEOUT,
-        retries=retries,
-        retry_backoff=retry_backoff,
-        user_agent=f"tickler-client/{__version__}",
-    )
 
 
 class _LeaseCalls(Sends):
@@ -100,33 +74,6 @@ class Client(Sends):
     create_token = blocking(_tokens.create_token)
     list_tokens = blocking(_tokens.list_tokens)
     revoke_token = blocking(_tokens.revoke_token)
-
-    def __init__(
-        self,
-        base_url: str,
-        token: str,
-        *,
-        timeout: float | None = None,
-        connect_timeout: float | None = None,
-        read_timeout: float | None = None,
-        retries: int = 3,
-        retry_backoff: float = 0.25,
-    ) -> None:
-        self._transport = Transport(
-            settings(
-                base_url,
-                token,
-                timeout=timeout,
-                connect_timeout=connect_timeout,
-                read_timeout=read_timeout,
-                retries=retries,
-                retry_backoff=retry_backoff,
-            )
-        )
-
-    @property
-    def base_url(self) -> str:
-        return self._transport.base_url
 
     def ack(self, lease: Lease | str) -> None:
         with self._explaining(lease):
@@ -262,6 +209,3 @@ class Client(Sends):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"Client({self.base_url!r})"
