@@ -623,6 +623,8 @@ ORDER BY x.id IS NULL, array_position(p.ids, c.id), c.id;
 -- The leases start when the pick is done (clock_timestamp() after it, unless a test fixes the time
 -- with :claimed_at): a lease the pick saw ended, ended before the new ones began, so the timeline's
 -- intervals show the per-key cap as the pick held it.
+-- Like claim_events, every row also says whether the queue has group work (`groups_due`), and a
+-- claim that took nothing returns one row of NULLs with it.
 WITH picked AS MATERIALIZED (
     SELECT tickler_fair_pick(:queue, CAST(:now AS timestamptz), :limit, CAST(:cap AS integer)) AS ids
 ),
@@ -638,9 +640,10 @@ claimed AS (
     FROM clock CROSS JOIN picked AS p
     WHERE e.id = ANY(p.ids)  -- primary-key lookups (see claim_events)
     RETURNING e.*
-)
-SELECT c.*, 'in_flight' AS status, array_position(p.ids, c.id) AS handed_out
-FROM claimed AS c CROSS JOIN picked AS p
+),
+groups AS MATERIALIZED (SELECT tickler_groups_due(:queue, CAST(:now AS timestamptz), true) AS due)
+SELECT c.*, 'in_flight' AS status, array_position(p.ids, c.id) AS handed_out, g.due AS groups_due
+FROM picked AS p CROSS JOIN groups AS g LEFT JOIN claimed AS c ON true
 ORDER BY array_position(p.ids, c.id);
 
 -- name: flow_lock
@@ -694,12 +697,6 @@ WHERE q.name = :queue AND q.rate_per_second IS NOT NULL;
 -- of the priority index per level): a capped fair claim that took fewer than it asked for was
 -- held back by max_in_flight_per_key.
 SELECT coalesce(tickler_first_claimable(:queue) <= coalesce(CAST(:now AS timestamptz), now()), false) AS found;
-
--- name: has_due_groups
--- Whether a queue has due, unleased grouped events, or grouped events whose lease expired: a
--- group claim opens its transaction only then (tickler_groups_due in
--- scheduler/database/claiming.sql; the ungrouped claims return the same answer as `groups_due`).
-SELECT tickler_groups_due(:queue, CAST(:now AS timestamptz), CAST(:flow AS boolean)) AS found;
 
 -- name: lock_due_groups
 -- Choose up to :limit groups of a queue that have due events and no live lease, and take a

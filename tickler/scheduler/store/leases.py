@@ -6,18 +6,20 @@ metrics (scheduler.metrics) are counted here, once, whoever calls: dispatcher, p
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
 from tickler.scheduler import metrics
-from tickler.scheduler.db import driver_rows
+from tickler.scheduler.db import driver_connection, driver_rows
 from tickler.scheduler.errors import StaleLease
 from tickler.scheduler.models import Event, Lease, Queue
-from tickler.scheduler.sql import driver_sql, q
+from tickler.scheduler.sql import driver_sql, run
 from tickler.scheduler.store.base import EngineStore
 
 # How soon to look again when an event is already due but was not claimed.
@@ -52,15 +54,6 @@ class Claim:
     queue: Queue | None = None
 
 
-@dataclass(frozen=True)
-class Fairness:
-    """How a limited claim shares the queue among fairness keys (SPEC §10)."""
-
-    round_robin: bool  # ungrouped events through claim_events_fair
-    cap: int | None  # max_in_flight_per_key
-    claimed_at: datetime | None = None  # a time the caller fixed (tests); None: the database's clock
-
-
 # A claim held back by max_in_flight looks again this often: leases end in other processes
 # without telling this one (a NOTIFY per ack would serialise every capped queue's commits).
 FLOW_POLL_SECONDS = 0.05
@@ -79,7 +72,7 @@ class SleepPlan:
         return max(0.0, (self.wake_at - self.db_now).total_seconds())
 
 
-def _leases(rows: Sequence[sa.RowMapping]) -> list[Lease]:
+def _leases(rows: Sequence[Mapping[str, Any]]) -> list[Lease]:
     grouped: dict[str, list[Event]] = {}
     for row in rows:
         grouped.setdefault(str(row["lease_id"]), []).append(Event.from_row(row))
@@ -93,10 +86,127 @@ def _leases(rows: Sequence[sa.RowMapping]) -> list[Lease]:
     return leases
 
 
+class _Statements:
+    """Where a claim's named statements run: each alone, in its own autocommit transaction on a
+    pooled connection (db.driver_rows), or all on the one connection of a transaction opened by
+    transaction() (db.driver_connection)."""
+
+    def __init__(self, engine: sa.Engine, conn: psycopg.Connection[Any] | None = None) -> None:
+        self.engine = engine
+        self.conn = conn
+
+    def rows(self, name: str, params: Mapping[str, Any]) -> list[Any]:
+        if self.conn is None:
+            return driver_rows(self.engine, driver_sql(name), params)
+        return run(self.conn, driver_sql(name), params)
+
+    def one(self, name: str, params: Mapping[str, Any]) -> Any:
+        """The first column of the statement's one row."""
+        [row] = self.rows(name, params)
+        return next(iter(row.values()))
+
+    @contextmanager
+    def transaction(self, name: str, params: Mapping[str, Any]) -> Iterator[_Statements]:
+        """Statements that run in one transaction: this one's, or a new one (committed when the
+        block ends; its errors name the statement `name` with `params`)."""
+        if self.conn is not None:
+            yield self
+            return
+        with driver_connection(self.engine, driver_sql(name), params) as conn:
+            yield _Statements(self.engine, conn)
+
+
+@dataclass(frozen=True)
+class _Room:
+    """How much a claim may take. A queue without limits: everything it asks for, at the caller's
+    time, with the caller's settings. A paused or limited queue: what flow_room counted under the
+    queue's flow lock, at the database's time read after the lock, with the settings read there."""
+
+    settings: Queue
+    limited: bool
+    at: datetime | None  # the time to claim at (None: the database's clock, statement by statement)
+    leases: int | None = None  # max_in_flight less the live leases (None: no max_in_flight)
+    events: int | None = None  # the rate window's room (None: no rate)
+    row: Mapping[str, Any] | None = None  # flow_room's row
+
+    @classmethod
+    def unlimited(cls, queue: Queue, now: datetime | None) -> _Room:
+        return cls(queue, limited=False, at=now)
+
+    @classmethod
+    def hold(cls, db: _Statements, queue: str, now: datetime | None) -> _Room:
+        """Take the queue's flow lock (until the transaction ends), then count its room in a new
+        statement: a new snapshot, which sees every lease the previous holder committed."""
+        db.rows("flow_lock", {"queue": queue})
+        [row] = db.rows("flow_room", {"queue": queue, "now": now})
+        # claimed_on follows the order of the flow lock
+        return cls(Queue.from_row(row), True, row["db_now"], row["lease_room"], row["event_room"], row)
+
+    def left(self, limit: int, leases: Sequence[Lease]) -> int:
+        """How many more leases the claim may take, having taken `leases`."""
+        left = limit - len(leases) if self.leases is None else min(limit, self.leases) - len(leases)
+        if self.events is not None:
+            left = min(left, self.events - sum(len(lease.events) for lease in leases))
+        return left
+
+    def record(self, db: _Statements, leases: list[Lease], limit: int) -> Claim:
+        """A limited claim's end: its events enter the rate window (flow_record), and the claim says
+        when the queue may have room again."""
+        assert self.row is not None and self.at is not None
+        name = self.settings.name
+        taken = sum(len(lease.events) for lease in leases)
+        if self.events is not None and taken:
+            db.rows("flow_record", {"queue": name, "at": self.at, "events": taken})
+        room_in: float | None = None
+        if self.events is not None and taken >= self.events:
+            # The window is full: it has room again when its oldest claim (maybe this one) leaves.
+            room_at = self.row["rate_room_at"] or self.at + timedelta(seconds=self.row["window_seconds"])
+            room_in = max(0.0, (room_at - self.at).total_seconds())
+        if self.leases is not None and len(leases) >= self.leases:
+            room_in = FLOW_POLL_SECONDS if room_in is None else max(room_in, FLOW_POLL_SECONDS)
+        # Due events left behind by a capped claim belong to keys at their cap: their leases end in
+        # other processes, which do not tell this one (as for max_in_flight). Nothing left: sleep.
+        held_by_cap = self.settings.max_in_flight_per_key is not None and len(leases) < limit and room_in is None
+        if held_by_cap and db.one("has_due_events", {"queue": name, "now": self.at}):
+            room_in = FLOW_POLL_SECONDS
+        return Claim(leases, room_in=room_in, queue=self.settings)
+
+
+def _claim_events(
+    db: _Statements, params: dict[str, Any], settings: Queue, *, fixed_at: datetime | None
+) -> tuple[list[Lease], bool]:
+    """Claim up to params["limit"] ungrouped events, a lease each, in one statement; with the
+    leases, whether the queue has group work (tickler_groups_due, asked by the same statement).
+    A fair queue's events go round robin: without a cap, unlocked (claim_events_round_robin); under
+    the flow lock, with its per-key room (claim_events_fair, after the queue's expired leases were
+    ended, as the reaper ends them: their events are pending again)."""
+    queue = settings.name
+    if settings.fair_shared and params["flow"]:
+        ended = db.rows("expire_leases", {"queue": queue, "actor": "tickler", "now": params["now"]})
+        expired = len(ended)
+        rows = db.rows("claim_events_fair", {**params, "claimed_at": fixed_at})
+    else:
+        rows = db.rows("claim_events_round_robin" if settings.fair_shared else "claim_events", params)
+        # the expired leases it ended: of events it claimed, and of events that died of them
+        expired = sum(1 for row in rows if row["lease_ended"]) + (rows[0]["died"] if rows else 0)
+    _count_expired(queue, expired)
+    return _leases([row for row in rows if row["id"] is not None]), bool(rows and rows[0]["groups_due"])
+
+
+def _claim_groups(db: _Statements, params: dict[str, Any]) -> list[Lease]:
+    """Claim up to params["limit"] due groups, a lease each over all its due events: their advisory
+    locks (lock_due_groups) span the next statement (claim_groups), so `db` is a transaction."""
+    chosen = db.rows("lock_due_groups", {**params, "scan": params["limit"] * GROUP_SCAN_FACTOR})
+    if not chosen:
+        return []
+    _count_expired(params["queue"], chosen[0]["leases_ended"])
+    return _leases(db.rows("claim_groups", {**params, "groups": [row["group_key"] for row in chosen]}))
+
+
 class LeaseStore(EngineStore):
     def __init__(self, engine: sa.Engine) -> None:
         super().__init__(engine)
-        # Per queue: whether its last fast-path claim saw group work (tickler_groups_due, returned
+        # Per queue: whether its last ungrouped claim saw group work (tickler_groups_due, returned
         # with the claim's rows). A group claim runs only then, or when the claim before it in the
         # same round sees some: a queue without groups pays no statement for them (migration 0068).
         self._groups_due: dict[str, bool] = {}
@@ -121,166 +231,65 @@ class LeaseStore(EngineStore):
         its due events (one transaction: its advisory locks span two statements).
         `groups_first` alternates which kind is served first, so neither can starve the other.
 
-        A queue that is paused or has max_in_flight / rate_per_second / max_in_flight_per_key is
-        claimed in one transaction under its flow lock, which every process takes: the room is
-        counted and used there (flow_room). Other queues keep the fast path: no lock, no extra
-        write; with fair_share, its ungrouped events go round robin (claim_events_round_robin).
-        The fast statements refuse a paused or limited queue themselves (and the plain one a fair
-        queue), so a caller holding stale settings can claim nothing it should not.
+        One path for every queue; flow control is a condition in it. A queue that is paused or has
+        max_in_flight / rate_per_second / max_in_flight_per_key is claimed in one transaction under
+        its flow lock, which every process takes: the room is counted and used there (flow_room).
+        Any other queue's statements run alone: its ungrouped claim is one autocommit statement
+        (with fair_share, round robin: claim_events_round_robin), and a group claim opens a
+        transaction of its own, only when the queue has group work. Those statements refuse a
+        paused or limited queue themselves (and the plain one a fair queue), so a caller holding
+        stale settings can claim nothing it should not.
         """
         seconds = lease_seconds if lease_seconds is not None else queue.lease_seconds
-        if queue.flow_limited:
-            with self.engine.begin() as conn:
-                claim = self._claim_limited(conn, queue.name, worker, limit, seconds, groups_first, now)
-        else:
-            fair = queue.fair_share
-            claim = Claim(self._claim_fast(queue.name, worker, limit, seconds, groups_first, now, fair=fair))
+        limited = queue.flow_limited
+        alone = _Statements(self.engine)
+        # limited: every statement in one transaction, under the flow lock; else each alone
+        with alone.transaction("flow_room", {"queue": queue.name}) if limited else nullcontext(alone) as db:
+            room = _Room.hold(db, queue.name, now) if limited else _Room.unlimited(queue, now)
+            claim = self._claim(db, room, worker, limit, seconds, groups_first, now)
         if claim.leases:
             metrics.CLAIM_BATCH.labels(queue.name).observe(len(claim.leases))
         return claim
 
-    def _claim_fast(
+    def _claim(
         self,
-        queue: str,
-        worker: str,
-        limit: int,
-        seconds: float,
-        groups_first: bool,
-        now: datetime | None,
-        *,
-        fair: bool = False,
-    ) -> list[Lease]:
-        leases: list[Lease] = []
-        # Whether the queue has group work, as the last ungrouped claim of it saw (unknown: look).
-        groups_due = self._groups_due.get(queue, True)
-        for kind in ("groups", "events") if groups_first else ("events", "groups"):
-            remaining = limit - len(leases)
-            if remaining <= 0:
-                break
-            if kind == "events":
-                claimed, groups_due = self._claim_events_fast(queue, worker, remaining, seconds, now, fair=fair)
-                leases.extend(claimed)
-            elif groups_due:  # most queues have no groups: spare them the transaction
-                with self.engine.begin() as conn:  # its advisory locks span two statements
-                    leases.extend(self._claim_kind(conn, kind, queue, worker, remaining, seconds, now, flow=False))
-        self._groups_due[queue] = groups_due
-        return leases
-
-    def _claim_events_fast(
-        self, queue: str, worker: str, limit: int, seconds: float, now: datetime | None, *, fair: bool
-    ) -> tuple[list[Lease], bool]:
-        """The fast path's ungrouped claim: one autocommit statement (claim_events, or
-        claim_events_round_robin for a fair queue) run on the driver, its rows read as dicts — the
-        claim runs once per batch on every dispatcher, and SQLAlchemy's statement and per-row result
-        processing was most of its Python. With the leases, whether the queue has group work
-        (tickler_groups_due, asked by the same statement)."""
-        params = {
-            "queue": queue,
-            "worker": worker,
-            "limit": limit,
-            "lease_seconds": seconds,
-            "now": now,
-            "flow": False,
-            "cap": None,
-        }
-        rows = driver_rows(self.engine, driver_sql("claim_events_round_robin" if fair else "claim_events"), params)
-        # the expired leases it ended: of events it claimed, and of events that died of them
-        _count_expired(queue, sum(1 for row in rows if row["lease_ended"]) + (rows[0]["died"] if rows else 0))
-        return _leases([row for row in rows if row["id"] is not None]), bool(rows and rows[0]["groups_due"])
-
-    def _claim_limited(
-        self,
-        conn: sa.Connection,
-        queue: str,
+        db: _Statements,
+        room: _Room,
         worker: str,
         limit: int,
         seconds: float,
         groups_first: bool,
         now: datetime | None,
     ) -> Claim:
-        conn.execute(q("flow_lock"), {"queue": queue})
-        room = conn.execute(q("flow_room"), {"queue": queue, "now": now}).mappings().one()
-        settings = Queue.from_row(room)
-        if room["paused"]:
+        settings = room.settings
+        if settings.paused:  # read under the flow lock (a queue without limits is never paused)
             return Claim([], paused=True, queue=settings)
-        at: datetime = room["db_now"]  # claimed_on follows the order of the flow lock
-        fairness = Fairness(settings.fair_shared, settings.max_in_flight_per_key, claimed_at=now)
-        lease_room = limit if room["lease_room"] is None else min(limit, room["lease_room"])
-        event_room = room["event_room"]
+        params = {
+            "queue": settings.name,
+            "worker": worker,
+            "lease_seconds": seconds,
+            "now": room.at,
+            "flow": room.limited,
+            "cap": settings.max_in_flight_per_key,
+        }
         leases: list[Lease] = []
+        # Whether the queue has group work, as its last ungrouped claim saw (unknown: look). A group
+        # claim runs only then: a queue without groups pays no statement for them (migration 0068).
+        groups_due = self._groups_due.get(settings.name, True)
         for kind in ("groups", "events") if groups_first else ("events", "groups"):
-            remaining = lease_room - len(leases)
-            if event_room is not None:
-                remaining = min(remaining, event_room - sum(len(lease.events) for lease in leases))
+            remaining = room.left(limit, leases)
             if remaining <= 0:
                 break
-            if (
-                kind == "groups"
-                and not conn.execute(q("has_due_groups"), {"queue": queue, "now": at, "flow": True}).scalar()
-            ):
-                continue  # most queues have no groups: one probe instead of the group claim's statements
-            leases.extend(
-                self._claim_kind(conn, kind, queue, worker, remaining, seconds, at, flow=True, fairness=fairness)
-            )
-        taken = sum(len(lease.events) for lease in leases)
-        if event_room is not None and taken:
-            conn.execute(q("flow_record"), {"queue": queue, "at": at, "events": taken})
-        room_in: float | None = None
-        if event_room is not None and taken >= event_room:
-            # The window is full: it has room again when its oldest claim (maybe this one) leaves.
-            room_at = room["rate_room_at"] or at + timedelta(seconds=room["window_seconds"])
-            room_in = max(0.0, (room_at - at).total_seconds())
-        if room["lease_room"] is not None and len(leases) >= room["lease_room"]:
-            room_in = FLOW_POLL_SECONDS if room_in is None else max(room_in, FLOW_POLL_SECONDS)
-        # Due events left behind by a capped claim belong to keys at their cap: their leases end in
-        # other processes, which do not tell this one (as for max_in_flight). Nothing left: sleep.
-        held_by_cap = fairness.cap is not None and len(leases) < limit and room_in is None
-        if held_by_cap and conn.execute(q("has_due_events"), {"queue": queue, "now": at}).scalar():
-            room_in = FLOW_POLL_SECONDS
-        return Claim(leases, room_in=room_in, queue=settings)
-
-    @staticmethod
-    def _claim_kind(
-        conn: sa.Connection,
-        kind: str,
-        queue: str,
-        worker: str,
-        limit: int,
-        seconds: float,
-        now: datetime | None,
-        *,
-        flow: bool,
-        fairness: Fairness | None = None,
-    ) -> list[Lease]:
-        """Claim up to `limit` leases of one kind: "events" (ungrouped, a lease each) or "groups"."""
-        cap = fairness.cap if fairness is not None else None
-        params = {
-            "queue": queue,
-            "worker": worker,
-            "limit": limit,
-            "lease_seconds": seconds,
-            "now": now,
-            "flow": flow,
-            "cap": cap,
-        }
-        if kind == "events" and fairness is not None and fairness.round_robin:
-            # Under the flow lock only (the pick's cursor and per-key room are the queue's). Leases
-            # whose time is up end first, as the reaper ends them: their events are pending again.
-            ended = conn.execute(q("expire_leases"), {"queue": queue, "actor": "tickler", "now": now}).all()
-            _count_expired(queue, len(ended))
-            fair = {**params, "claimed_at": fairness.claimed_at}
-            return _leases(conn.execute(q("claim_events_fair"), fair).mappings().all())
-        if kind == "events":  # under the flow lock (the fast path: _claim_events_fast)
-            rows = conn.execute(q("claim_events"), params).mappings().all()
-            # the expired leases it ended: of events it claimed, and of events that died of them
-            _count_expired(queue, sum(1 for row in rows if row["lease_ended"]) + rows[0]["died"])
-            return _leases([row for row in rows if row["id"] is not None])
-        chosen = conn.execute(q("lock_due_groups"), {**params, "scan": limit * GROUP_SCAN_FACTOR}).mappings().all()
-        if not chosen:
-            return []
-        _count_expired(queue, chosen[0]["leases_ended"])
-        groups = [row["group_key"] for row in chosen]
-        return _leases(conn.execute(q("claim_groups"), {**params, "groups": groups}).mappings().all())
+            if kind == "events":
+                claimed, groups_due = _claim_events(db, {**params, "limit": remaining}, settings, fixed_at=now)
+                leases.extend(claimed)
+            elif groups_due:
+                with db.transaction("lock_due_groups", params) as tx:  # its advisory locks span two statements
+                    leases.extend(_claim_groups(tx, {**params, "limit": remaining}))
+        self._groups_due[settings.name] = groups_due
+        if not room.limited:
+            return Claim(leases)
+        return room.record(db, leases, limit)
 
     def ack(
         self,
@@ -363,24 +372,17 @@ class LeaseStore(EngineStore):
 
     def extend(self, lease_id: str, *, seconds: float, now: datetime | None = None) -> datetime:
         """Keep a live lease for `seconds` more from now; return its new expiry."""
-        with self.engine.begin() as conn:
-            row = (
-                conn.execute(q("extend_lease"), {"lease_id": lease_id, "seconds": seconds, "now": now})
-                .mappings()
-                .first()
-            )
-        if row is None:
+        rows = self.rows("extend_lease", {"lease_id": lease_id, "seconds": seconds, "now": now})
+        if not rows:
             raise StaleLease("The lease expired, was finished, or never existed.")
-        expires: datetime = row["lease_expires_on"]
+        expires: datetime = rows[0]["lease_expires_on"]
         return expires
 
     def release(self, lease_ids: Sequence[str], *, actor: str, now: datetime | None = None) -> int:
         """Give live leases back unfinished; their events are claimable at once."""
         if not lease_ids:
             return 0
-        with self.engine.begin() as conn:
-            rows = conn.execute(q("release_leases"), {"lease_ids": list(lease_ids), "actor": actor, "now": now}).all()
-        return len(rows)
+        return len(self.rows("release_leases", {"lease_ids": list(lease_ids), "actor": actor, "now": now}))
 
     def queue_of(self, lease_id: str, *, now: datetime | None = None) -> str | None:
         """The queue of a live lease, or None."""
@@ -408,23 +410,22 @@ class LeaseStore(EngineStore):
         if peek["next_on"] is not None and peek["next_on"] - peek["db_now"] <= SHORT_SLEEP:
             wake_at = max(peek["next_on"], peek["db_now"] + DUE_NOW_RETRY)
             return SleepPlan(db_now=peek["db_now"], next_due=peek["next_on"], wake_at=wake_at)
-        with self.engine.begin() as conn:
-            conn.execute(q("prepare_to_sleep"), {"queues": names})
-            found = conn.execute(q("next_due"), {"queues": names}).mappings().one()
+        with _Statements(self.engine).transaction("prepare_to_sleep", {"queues": names}) as db:
+            db.rows("prepare_to_sleep", {"queues": names})
+            [found] = db.rows("next_due", {"queues": names})
             db_now: datetime = found["db_now"]
             next_due: datetime | None = found["next_on"]
             wake_at = db_now + timedelta(seconds=max_seconds)
             if next_due is not None:
                 wake_at = min(wake_at, max(next_due, db_now + DUE_NOW_RETRY))
-            conn.execute(q("set_next_wake"), {"queues": names, "next_wake": wake_at})
+            db.rows("set_next_wake", {"queues": names, "next_wake": wake_at})
         return SleepPlan(db_now=db_now, next_due=next_due, wake_at=wake_at)
 
     def expire(
         self, *, queue: str | None = None, actor: str = "tickler", now: datetime | None = None
     ) -> dict[str, int]:
         """End every lease whose time is up (of one queue, or all); return {queue: events released or dead}."""
-        with self.engine.begin() as conn:
-            rows = conn.execute(q("expire_leases"), {"queue": queue, "actor": actor, "now": now}).mappings().all()
+        rows = self.rows("expire_leases", {"queue": queue, "actor": actor, "now": now})
         counts: dict[str, int] = {}
         for row in rows:
             counts[row["queue"]] = counts.get(row["queue"], 0) + 1
