@@ -181,3 +181,26 @@ def test_a_fair_queue_without_a_cap_claims_its_groups_on_the_fast_path(
     leases = store.leases.claim(queue, worker="w", limit=5, now=now)
     assert sorted((lease.group_key, len(lease.events)) for lease in leases if lease.group_key) == [("g", 2)]
     assert sorted(claimed_keys([lease for lease in leases if not lease.group_key])) == ["a-0", "b-0"]
+
+
+def test_a_capped_fair_claim_says_whether_the_queue_has_group_work(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    """Under the flow lock as without it, the ungrouped claim tells whether the queue has group work
+    (claim_events_fair returns groups_due): a group claim runs only when the last ungrouped claim
+    saw some, so a group that became due after a claim that saw none is served from the next one."""
+    queue = make_queue("emails", max_in_flight_per_key=5)
+    now = db_now(raw)
+    store.events.schedule_batch(queue, [NewEvent("a-0", {}, fairness_key="a", schedule_on=now)], actor="test")
+    assert claimed_keys(store.leases.claim(queue, worker="w", limit=5, now=now)) == ["a-0"]
+    store.events.schedule_batch(
+        queue,
+        [NewEvent(f"g-{i}", {}, group_key="g", fairness_key="b", schedule_on=now) for i in range(2)]
+        + [NewEvent("a-1", {}, fairness_key="a", schedule_on=now)],
+        actor="test",
+    )
+    # groups first, but the last claim saw no group work: the events, which see the group
+    second = store.leases.claim(queue, worker="w", limit=5, now=now, groups_first=True)
+    assert claimed_keys(second) == ["a-1"]
+    third = store.leases.claim(queue, worker="w", limit=5, now=now, groups_first=True)
+    assert [(lease.group_key, len(lease.events)) for lease in third] == [("g", 2)]
