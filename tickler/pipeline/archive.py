@@ -70,9 +70,9 @@ def run_archive(
     """Finish an unfinished run if a crash left one, then archive what finished before `cutoff`."""
     results = []
     with db.connect(url, autocommit=True, row_factory=dict_row) as conn, archive_lock(conn):
-        unfinished = conn.execute(db.q("unfinished_run")).fetchone()
-        if unfinished is not None:
-            results.append(_finish(spark, url, conn, unfinished, source, hook, resumed=True))
+        unfinished = db.rows(conn, "unfinished_run")
+        if unfinished:
+            results.append(_finish(spark, url, conn, unfinished[0], source, hook, resumed=True))
         run = _select(conn, layout.normalize_location(location), cutoff, limit)
         if run is not None:
             if hook:
@@ -84,29 +84,27 @@ def run_archive(
 @contextmanager
 def archive_lock(conn: psycopg.Connection[Any]) -> Iterator[None]:
     """One job at a time changes the archive (archive runs, compaction)."""
-    locked = conn.execute(db.q("archive_lock")).fetchone()
-    if not locked or not next(iter(locked.values())):
+    locked = db.rows(conn, "archive_lock", tuples=True)
+    if not locked or not locked[0][0]:
         raise PipelineError("another archive job holds the archive lock; try again when it has finished")
     try:
         yield
     finally:
-        conn.execute(db.q("archive_unlock"))
+        db.rows(conn, "archive_unlock")
 
 
 def _select(conn: psycopg.Connection[Any], location: str, cutoff: datetime, limit: int | None) -> Any:
     """Record a new run with its fixed set of events; None when nothing is old enough."""
     with conn.transaction() as tx:
-        created = conn.execute(db.q("create_run"), {"cutoff": cutoff, "location": location}).fetchone()
-        assert created is not None
+        [created] = db.rows(conn, "create_run", {"cutoff": cutoff, "location": location})
         run_id = created["id"]
-        conn.execute(db.q("select_run_events"), {"run_id": run_id, "cutoff": cutoff, "limit": limit})
-        run = conn.execute(db.q("count_run"), {"run_id": run_id}).fetchone()
-        assert run is not None
+        db.rows(conn, "select_run_events", {"run_id": run_id, "cutoff": cutoff, "limit": limit})
+        [run] = db.rows(conn, "count_run", {"run_id": run_id})
         if run["event_count"] == 0:
             raise psycopg.Rollback(tx)  # nothing to archive: leave no empty run in the ledger
     if not run["event_count"]:
         return None
-    conn.execute(db.q("analyze_items"))
+    db.rows(conn, "analyze_items")
     return run
 
 
@@ -128,7 +126,7 @@ def _finish(
             hook("written", run_id)
         if not _matches(spark, run):
             raise ArchiveMismatch(f"archive run {run_id}: the files read back differ from the ledger; nothing deleted")
-        conn.execute(db.q("mark_written"), {"run_id": run_id})
+        db.rows(conn, "mark_written", {"run_id": run_id})
     if hook:
         hook("verified", run_id)
     _delete(conn, run)
@@ -201,7 +199,7 @@ def _matches(spark: SparkSession, run: dict[str, Any]) -> bool:
 
 def reconcile(spark: SparkSession, conn: psycopg.Connection[Any], location: str, unfinished: int | None) -> None:
     """Bring the manifest at `location` up to the ledger (the caller holds the archive lock)."""
-    runs = conn.execute(db.q("archive_runs_at"), {"location": location}).fetchall()
+    runs = db.rows(conn, "archive_runs_at", {"location": location})
     manifest.reconcile(layout.Files(spark), location, runs, unfinished)
 
 
@@ -231,19 +229,18 @@ def _delete(conn: psycopg.Connection[Any], run: dict[str, Any]) -> None:
     run_id = run["id"]
     with conn.transaction():
         conn.execute("SELECT set_config('tickler.archiving', 'on', true)")
-        locked = conn.execute(db.q("lock_run"), {"run_id": run_id}).fetchone()
-        if locked is None:
+        if not db.rows(conn, "lock_run", {"run_id": run_id}):
             raise ArchiveMismatch(f"archive run {run_id} is not in state 'written'; nothing deleted")
         # the rows deleted from tickler_timeline and the deliveries whose entry is their history row
-        found = conn.execute(db.q("delete_run_timeline"), {"run_id": run_id}).fetchone()
-        timeline = int(found["entries"]) if found else 0
-        conn.execute(db.q("record_archived_keys"), {"run_id": run_id})
-        events = conn.execute(db.q("delete_run_events"), {"run_id": run_id}).rowcount
+        found = db.rows(conn, "delete_run_timeline", {"run_id": run_id})
+        timeline = int(found[0]["entries"]) if found else 0
+        db.rows(conn, "record_archived_keys", {"run_id": run_id})
+        events = db.rowcount(conn, "delete_run_events", {"run_id": run_id})
         if (events, timeline) != (run["event_count"], run["timeline_count"]):
             raise ArchiveMismatch(
                 f"archive run {run_id}: would delete {events} events and {timeline} timeline entries, "
                 f"the ledger says {run['event_count']} and {run['timeline_count']}; nothing deleted"
             )
-        conn.execute(db.q("delete_run_items"), {"run_id": run_id})
-        conn.execute(db.q("mark_deleted"), {"run_id": run_id})
-    conn.execute(db.q("analyze_after_delete"))
+        db.rows(conn, "delete_run_items", {"run_id": run_id})
+        db.rows(conn, "mark_deleted", {"run_id": run_id})
+    db.rows(conn, "analyze_after_delete")

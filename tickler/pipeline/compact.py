@@ -56,9 +56,9 @@ def run_compact(
     files = layout.Files(spark)
     merged = before = after = 0
     with db.connect(url, autocommit=True, row_factory=dict_row) as conn, archive_lock(conn):
-        if conn.execute(db.q("unfinished_run")).fetchone() is not None:
+        if db.rows(conn, "unfinished_run"):
             raise PipelineError("an archive run is unfinished: run `tickler pipeline archive` first")
-        runs = conn.execute(db.q("archive_runs_at"), {"location": location}).fetchall()
+        runs = db.rows(conn, "archive_runs_at", {"location": location})
         current = manifest.reconcile(files, location, runs, None)
         _remove_strays(files, location, current)
         for table in layout.TABLES:

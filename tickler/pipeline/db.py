@@ -1,8 +1,11 @@
-"""The pipeline's side of PostgreSQL: its named queries, connections, and where the server listens."""
+"""The pipeline's side of PostgreSQL: its named queries, connections, and where the server listens.
+
+A named query runs as the engine's do (sql.run), on a job's own connection: rows() and rowcount()."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -12,6 +15,7 @@ from urllib.parse import urlencode
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tickler.scheduler import sql
 from tickler.scheduler.db import libpq_url
 from tickler.scheduler.sql import parse_queries
 
@@ -27,6 +31,20 @@ def q(name: str) -> LiteralString:
     # the text comes from our own file, never from input: that is what LiteralString stands for
     text: LiteralString = queries()[name]  # type: ignore[assignment]
     return text
+
+
+def rows(
+    conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any] | None = None, *, tuples: bool = False
+) -> list[Any]:
+    """The rows of the named query `name` run on a job's connection (sql.run: as dicts; `tuples`:
+    as tuples), [] for one that returns none. Prepared as psycopg chooses: a job runs most of its
+    statements once."""
+    return sql.run(conn, q(name), params, tuples=tuples, prepare=None)
+
+
+def rowcount(conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any] | None = None) -> int:
+    """rows(), for the number of rows the statement changed (sql.rowcount)."""
+    return sql.rowcount(conn, q(name), params, prepare=None)
 
 
 # A job's queries must end with the job. Without these, a driver killed with -9 left its queries

@@ -270,7 +270,7 @@ def run_import(
     }
     numbered, total = _numbered(spark, _fields(frame, queue))
     with db.connect(url) as conn:
-        queues = {str(row[0]) for row in conn.execute(db.q("import_queues")).fetchall()}
+        queues = {str(row[0]) for row in db.rows(conn, "import_queues", tuples=True)}
     checks: dict[str, Any] = {"queues": frozenset(queues), "max_data_bytes": max_data_bytes}
     try:
         if max_invalid is not None:
@@ -284,10 +284,8 @@ def run_import(
                 )
         with db.connect(url) as conn:
             # a resumed import keeps the cut of the first attempt, so its batches are the same rows
-            started = conn.execute(db.q("import_resume"), ledger).fetchone()
-            started = started or conn.execute(db.q("import_start"), ledger).fetchone()
-            assert started is not None
-            import_id, partitions, batch_rows = started
+            started = db.rows(conn, "import_resume", ledger, tuples=True)
+            [(import_id, partitions, batch_rows)] = started or db.rows(conn, "import_start", ledger, tuples=True)
         keyed = _keyed(numbered, partitions)
         load = partial(
             _load_partition,
@@ -307,18 +305,18 @@ def run_import(
     # counts and rejects from the ledger: one per row, whatever tasks Spark ran twice
     target = Path(rejects_path or f"{path.rstrip('/')}.rejects.csv")
     with db.connect(url) as conn:
-        totals = conn.execute(db.q("import_totals"), {"import_id": import_id}).fetchone()
-        assert totals is not None
+        [totals] = db.rows(conn, "import_totals", {"import_id": import_id}, tuples=True)
         counts = {outcome: int(n) for outcome, n in zip(OUTCOMES, totals, strict=True)}
+        # written as the cursor hands them out, not collected first (sql.run): there may be millions
         written = _write_rejects(target, conn.execute(db.q("import_rejects"), {"import_id": import_id}))
-        conn.execute(db.q("import_finish"), {"import_id": import_id, "counts": Jsonb(counts)})
+        db.rows(conn, "import_finish", {"import_id": import_id, "counts": Jsonb(counts)})
     return ImportResult(counts=counts, rejects_path=target, rejects=written, rows=total)
 
 
 def _done(conn: psycopg.Connection[Any], import_id: int) -> tuple[int, str]:
     """Progress from the ledger: rows checked and decided, and how many of them were written."""
-    row = conn.execute(db.q("import_progress"), {"import_id": import_id}).fetchone()
-    checked, written = (int(row[0]), int(row[1])) if row else (0, 0)
+    rows = db.rows(conn, "import_progress", {"import_id": import_id}, tuples=True)
+    checked, written = (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
     return checked, f"{written:,} written"
 
 
@@ -391,10 +389,10 @@ def _load_batch(
     max_data_bytes: int,
 ) -> None:
     """Validate and insert one batch, and record it with its counts and rejects, in the caller's transaction."""
-    if conn.execute(db.q("import_claim_batch"), key).fetchone() is None:
+    if not db.rows(conn, "import_claim_batch", key, tuples=True):
         return  # an earlier attempt committed this batch
     rejects: list[tuple[int, str, str, list[Any]]] = []  # (row, outcome, reason, cells)
-    conn.execute(db.q("import_staging"))
+    db.rows(conn, "import_staging")
     # the rows the JVM vouched for, as COPY text: one write for them all
     vouched = [line[1:] for line in lines if line[0] == plain_rows.PLAIN]
     staged = len(vouched)
@@ -416,11 +414,11 @@ def _load_batch(
             staged += 1
     counts = dict.fromkeys(OUTCOMES, 0)
     if staged:
-        conn.execute(db.q("import_analyze"))
+        db.rows(conn, "import_analyze")
         params = {"actor": actor, "on_conflict": on_conflict, "debounce_max_seconds": debounce_max_seconds}
-        written = conn.execute(db.q("import_write"), params).fetchall()
+        written = db.rows(conn, "import_write", params, tuples=True)
         conflicts = [row[2] for row in written if row[0] == "conflict" and row[2] is not None]
-        conn.execute(db.q("import_trace"), {"conflicts": conflicts})
+        db.rows(conn, "import_trace", {"conflicts": conflicts})
         for outcome, n, row_number, *staged_values in written:
             if outcome in ("created", "replaced", "debounced"):
                 counts[outcome] += n
@@ -439,7 +437,7 @@ def _load_batch(
             for row_number, outcome, reason, cells in rejects:
                 counts[outcome] += 1
                 copy.write_row((key["import_id"], row_number, outcome, reason, [_cell(c) for c in cells]))
-    conn.execute(db.q("import_batch_counts"), {**key, **counts})
+    db.rows(conn, "import_batch_counts", {**key, **counts})
 
 
 def _cell(value: Any) -> bytes | None:
