@@ -63,70 +63,47 @@ $$;
 -- Inserted history rows that are their own `delivered` timeline entry (entry_id set: an ack
 -- writes no timeline row for them) are also added to the dashboard's per-minute rollup here, with
 -- the statement tickler_count_minutes runs for timeline rows.
--- Only the triggers on tickler_event_history below call this function; its branches for
--- tickler_event count the same way as the event triggers of event_triggers.sql, which do that
--- work themselves.
+-- Only the triggers on tickler_event_history below call this function: the event triggers of
+-- event_triggers.sql count tickler_event's rows themselves.
 CREATE OR REPLACE FUNCTION tickler_count_events() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_TABLE_NAME = 'tickler_event_history' THEN
-        IF TG_OP = 'INSERT' THEN
-            INSERT INTO tickler_history_count AS c (day, queue, outcome, slot, n)
-            SELECT (dequeued_on AT TIME ZONE 'UTC')::date, queue, outcome, pg_backend_pid() % 16, count(*)
-            FROM new_rows GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-            ON CONFLICT (day, queue, outcome, slot) DO UPDATE SET n = c.n + excluded.n;
-            INSERT INTO tickler_queue_count AS c (queue, state, slot, n)
-            SELECT queue, outcome, pg_backend_pid() % 64, count(*)
-            FROM new_rows GROUP BY 1, 2 ORDER BY 1, 2
-            ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
-            IF EXISTS (SELECT 1 FROM new_rows WHERE entry_id IS NOT NULL) THEN
-                INSERT INTO tickler_minute_stat AS s (queue, ring, slot, minute, delivered, failed)
-                SELECT DISTINCT ON (queue, ring) queue, ring, pg_backend_pid() % 16, minute, delivered, 0
-                FROM (
-                    SELECT queue, date_trunc('minute', dequeued_on) AS minute,
-                           (floor(extract(epoch FROM date_trunc('minute', dequeued_on)) / 60)::bigint % 120)::smallint
-                               AS ring,
-                           count(*) AS delivered
-                    FROM new_rows
-                    WHERE entry_id IS NOT NULL
-                    GROUP BY 1, 2
-                ) AS m
-                ORDER BY queue, ring, minute DESC
-                ON CONFLICT (queue, ring, slot) DO UPDATE SET
-                    delivered = CASE WHEN s.minute = excluded.minute THEN s.delivered + excluded.delivered
-                                     ELSE excluded.delivered END,
-                    failed = CASE WHEN s.minute = excluded.minute THEN s.failed ELSE 0 END,
-                    minute = excluded.minute
-                WHERE s.minute <= excluded.minute;  -- an older minute never overwrites a newer one
-            END IF;
-        ELSE
-            INSERT INTO tickler_history_count AS c (day, queue, outcome, slot, n)
-            SELECT (dequeued_on AT TIME ZONE 'UTC')::date, queue, outcome, pg_backend_pid() % 16, -count(*)
-            FROM old_rows GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-            ON CONFLICT (day, queue, outcome, slot) DO UPDATE SET n = c.n + excluded.n;
-            INSERT INTO tickler_queue_count AS c (queue, state, slot, n)
-            SELECT queue, outcome, pg_backend_pid() % 64, -count(*)
-            FROM old_rows GROUP BY 1, 2 ORDER BY 1, 2
-            ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
-        END IF;
-    ELSIF TG_OP = 'INSERT' THEN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO tickler_history_count AS c (day, queue, outcome, slot, n)
+        SELECT (dequeued_on AT TIME ZONE 'UTC')::date, queue, outcome, pg_backend_pid() % 16, count(*)
+        FROM new_rows GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (day, queue, outcome, slot) DO UPDATE SET n = c.n + excluded.n;
         INSERT INTO tickler_queue_count AS c (queue, state, slot, n)
-        SELECT queue, coalesce(outcome, 'open'), pg_backend_pid() % 64, count(*)
+        SELECT queue, outcome, pg_backend_pid() % 64, count(*)
         FROM new_rows GROUP BY 1, 2 ORDER BY 1, 2
         ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
-    ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO tickler_queue_count AS c (queue, state, slot, n)
-        SELECT queue, coalesce(outcome, 'open'), pg_backend_pid() % 64, -count(*)
-        FROM old_rows GROUP BY 1, 2 ORDER BY 1, 2
-        ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
+        IF EXISTS (SELECT 1 FROM new_rows WHERE entry_id IS NOT NULL) THEN
+            INSERT INTO tickler_minute_stat AS s (queue, ring, slot, minute, delivered, failed)
+            SELECT DISTINCT ON (queue, ring) queue, ring, pg_backend_pid() % 16, minute, delivered, 0
+            FROM (
+                SELECT queue, date_trunc('minute', dequeued_on) AS minute,
+                       (floor(extract(epoch FROM date_trunc('minute', dequeued_on)) / 60)::bigint % 120)::smallint
+                           AS ring,
+                       count(*) AS delivered
+                FROM new_rows
+                WHERE entry_id IS NOT NULL
+                GROUP BY 1, 2
+            ) AS m
+            ORDER BY queue, ring, minute DESC
+            ON CONFLICT (queue, ring, slot) DO UPDATE SET
+                delivered = CASE WHEN s.minute = excluded.minute THEN s.delivered + excluded.delivered
+                                 ELSE excluded.delivered END,
+                failed = CASE WHEN s.minute = excluded.minute THEN s.failed ELSE 0 END,
+                minute = excluded.minute
+            WHERE s.minute <= excluded.minute;  -- an older minute never overwrites a newer one
+        END IF;
     ELSE
+        INSERT INTO tickler_history_count AS c (day, queue, outcome, slot, n)
+        SELECT (dequeued_on AT TIME ZONE 'UTC')::date, queue, outcome, pg_backend_pid() % 16, -count(*)
+        FROM old_rows GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (day, queue, outcome, slot) DO UPDATE SET n = c.n + excluded.n;
         INSERT INTO tickler_queue_count AS c (queue, state, slot, n)
-        SELECT queue, state, pg_backend_pid() % 64, sum(delta)
-        FROM (
-            SELECT queue, coalesce(outcome, 'open') AS state, 1 AS delta FROM new_rows
-            UNION ALL
-            SELECT queue, coalesce(outcome, 'open'), -1 FROM old_rows
-        ) AS changes
-        GROUP BY 1, 2 HAVING sum(delta) <> 0 ORDER BY 1, 2
+        SELECT queue, outcome, pg_backend_pid() % 64, -count(*)
+        FROM old_rows GROUP BY 1, 2 ORDER BY 1, 2
         ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
     END IF;
     RETURN NULL;
