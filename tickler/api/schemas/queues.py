@@ -47,6 +47,13 @@ class BackoffSchema(Schema):
     multiplier = StrictNumber(validate=validate.Range(min=1, max=100))
 
 
+def _lease_cap(description: str) -> StrictInteger:
+    """A cap on live leases: a whole number from 1 to a million, or null for no cap."""
+    return StrictInteger(
+        allow_none=True, validate=validate.Range(min=1, max=1_000_000), metadata={"description": description}
+    )
+
+
 class PutQueueSchema(Schema):
     """PUT /v1/queues/{queue}: settings to create a queue with, or to change (omitted: kept)."""
 
@@ -57,13 +64,9 @@ class PutQueueSchema(Schema):
     rotate_signing_secret = StrictBoolean(
         metadata={"description": "Generate a new webhook signing secret (the old one signs beside it for 24 h)."}
     )
-    max_in_flight = StrictInteger(
-        allow_none=True,
-        validate=validate.Range(min=1, max=1_000_000),
-        metadata={
-            "description": "At most this many leases of the queue live at once, across every process "
-            "(null: no cap). A new webhook queue gets 100 unless given."
-        },
+    max_in_flight = _lease_cap(
+        "At most this many leases of the queue live at once, across every process (null: no cap). "
+        "A new webhook queue gets 100 unless given."
     )
     rate_per_second = StrictNumber(
         allow_none=True,
@@ -86,13 +89,9 @@ class PutQueueSchema(Schema):
             "(default false)."
         }
     )
-    max_in_flight_per_key = StrictInteger(
-        allow_none=True,
-        validate=validate.Range(min=1, max=1_000_000),
-        metadata={
-            "description": "At most this many leases per fairness key live at once, across every process "
-            "(null: no cap). Events without a fairness key count as one key."
-        },
+    max_in_flight_per_key = _lease_cap(
+        "At most this many leases per fairness key live at once, across every process (null: no cap). "
+        "Events without a fairness key count as one key."
     )
 
 
