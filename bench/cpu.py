@@ -13,13 +13,15 @@ Load generators (HTTP clients, the producer of the lateness scenario) are not gi
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Self
 
 import psycopg
+
+from bench.sampler import Sampler
 
 SAMPLE = 0.2
 # The harness's own short connections (polling for the end of a drain, reading the finish time)
@@ -80,8 +82,10 @@ class SelfCpu:
         return CpuUse(time.process_time() - self.app, db)
 
 
-class CpuMeter:
+class CpuMeter(Sampler):
     """with CpuMeter(url, pids) as meter: ...work...; meter.use -> CpuUse."""
+
+    lost = (psycopg.Error,)  # the database went away: the samples so far stand
 
     def __init__(self, url: str, pids: Iterable[int] = (), *, in_process: bool = False) -> None:
         self.url = url
@@ -90,8 +94,7 @@ class CpuMeter:
         self._first: dict[int, float] = {}
         self._last: dict[int, float] = {}
         self._db_pids: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+        super().__init__(SAMPLE, "cpu-meter")
         self._conn: psycopg.Connection | None = None
         self.use = CpuUse(0.0, 0.0)
 
@@ -112,7 +115,7 @@ class CpuMeter:
             pids.add(os.getpid())
         return pids
 
-    def _sample(self, *, first: bool = False) -> None:
+    def sample(self, *, first: bool = False) -> None:
         assert self._conn is not None
         own = self._conn.info.backend_pid
         rows = self._conn.execute(
@@ -130,26 +133,15 @@ class CpuMeter:
                 self._first[pid] = value if first else 0.0
             self._last[pid] = value
 
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE):
-            try:
-                self._sample()
-            except psycopg.Error:
-                return
-
-    def __enter__(self) -> CpuMeter:
+    def __enter__(self) -> Self:
         self._conn = psycopg.connect(self.url, autocommit=True)
-        self._sample(first=True)
-        self._thread.start()
-        return self
+        return super().__enter__()
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        self._stop.set()
-        self._thread.join()
         try:
-            self._sample()
+            super().__exit__(kind, error, trace)
         finally:
             assert self._conn is not None
             self._conn.close()

@@ -7,36 +7,20 @@ range each scenario ran under, so that no one has to add it to docs/benchmarks.m
 from __future__ import annotations
 
 import os
-import threading
-from types import TracebackType
+
+from bench.sampler import Sampler
 
 INTERVAL = 5.0  # seconds between samples
 
 
-class LoadSampler:
+class LoadSampler(Sampler):
     """`with LoadSampler() as load: ...` then `load.range()`: (lowest, highest) 1-minute load average."""
 
     def __init__(self, interval: float = INTERVAL) -> None:
-        self.interval = interval
+        super().__init__(interval, "bench-load")
         self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-load", daemon=True)
 
-    def _run(self) -> None:
-        while True:
-            self.samples.append(os.getloadavg()[0])
-            if self._stop.wait(self.interval):
-                return
-
-    def __enter__(self) -> LoadSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self, *, first: bool = False) -> None:
         self.samples.append(os.getloadavg()[0])
 
     def range(self) -> tuple[float, float]:
