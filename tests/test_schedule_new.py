@@ -1,18 +1,13 @@
-"""One new event in one plain statement (scheduler/queries.sql, schedule_new), and the new events
-of one group commit in one (schedule_new_many), against tickler_schedule().
-
-EventStore.schedule() writes a single event under reject or ignore with schedule_new (a taken
-key: it answers the open event) and asks tickler_schedule() only when that answers nothing (no
-such queue, or a key taken by an event committed after the statement began). The same
-calls run on two queues: one with schedule_new, one with it turned off (every call through
-tickler_schedule(), as before it). Results, events, timeline entries, counts, errors and the
-wake-up NOTIFY must be the same.
+"""Single events and the events of one group commit, written by the one path (scheduler/queries.sql
+schedule_events, tickler_schedule_events()): every kind of new event under reject and ignore, taken
+keys and errors among them — outcomes, events, timeline entries, counts, the wake-up NOTIFY, one
+statement per call — and a key taken by another transaction while the group is written.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,11 +16,12 @@ import psycopg
 import pytest
 
 from tests.helpers_wait import wait_until
-from tickler.scheduler.errors import KeyConflict
+from tickler.scheduler import db
+from tickler.scheduler.errors import InFlight, KeyConflict
 from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.sql import driver_sql
 from tickler.scheduler.store import Store
-from tickler.scheduler.store import events as event_store
+from tickler.scheduler.store import base as store_base
 from tickler.scheduler.tracing import TraceContext
 
 T0 = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
@@ -34,31 +30,17 @@ TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the statements EventStore ran (schedule_new, schedule_group), in order."""
-    names = {
-        driver_sql(name): name
-        for name in ("schedule_new", "schedule_new_many", "schedule_group", "schedule_group_traced")
-    }
+    """The names of the statements the store ran (schedule_events, schedule_batch), in order."""
+    names = {driver_sql(name): name for name in ("schedule_events", "schedule_batch")}
     ran: list[str] = []
-    real = event_store.driver_rows
+    real = db.driver_rows
 
-    def spy(engine: Any, statement: str, params: dict[str, Any], **kwargs: Any) -> list[Any]:
+    def spy(engine: Any, statement: str, params: Any = None, **kwargs: Any) -> list[Any]:
         ran.append(names.get(statement, "other"))
         return real(engine, statement, params, **kwargs)
 
-    monkeypatch.setattr(event_store, "driver_rows", spy)
+    monkeypatch.setattr(store_base, "driver_rows", spy)
     return ran
-
-
-@pytest.fixture
-def without_schedule_new(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], None]]:
-    """Turn schedule_new off (True) and on again (False)."""
-    modes = event_store._NEW_ONLY
-
-    def switch(off: bool) -> None:
-        monkeypatch.setattr(event_store, "_NEW_ONLY", frozenset() if off else modes)
-
-    yield switch
 
 
 def outcome(
@@ -137,42 +119,43 @@ def state(raw: psycopg.Connection[Any], queue: str) -> dict[str, Any]:
     return {"events": events, "timeline": timeline, "counts": counts}
 
 
-def test_one_new_event_writes_and_answers_what_tickler_schedule_does(
-    store: Store,
-    make_queue: Callable[..., Queue],
-    raw: psycopg.Connection[Any],
-    statements: list[str],
-    without_schedule_new: Callable[[bool], None],
+def test_one_new_event_writes_and_answers_in_one_statement(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], statements: list[str]
 ) -> None:
-    new, old = make_queue("schedule_new_on", max_attempts=4), make_queue("schedule_new_off", max_attempts=4)
-    unknown = replace(new, name="schedule_new_gone")
-    answers: dict[str, list[Any]] = {}
-    for side, off in ((new, False), (old, True)):
-        without_schedule_new(off)
-        answers[side.name] = [
-            outcome(store, q if q is unknown else side, mode, event, **kw)
-            for q, mode, event, kw in calls(side, unknown)
-        ]
-    mine, theirs = answers[new.name], answers[old.name]
-    for n, (one, other) in enumerate(zip(mine, theirs, strict=True)):
-        if n == len(mine) - 1:  # the database's clock: different instants
-            one[1].pop("schedule_on"), other[1].pop("schedule_on")
-            one[1].pop("enqueued_on"), other[1].pop("enqueued_on")
-        assert one == other, f"call {n}"
-    assert [a[0] for a in mine] == [
+    queue = make_queue("schedule_new_on", max_attempts=4)
+    unknown = replace(queue, name="schedule_new_gone")
+    answers = [outcome(store, q, mode, event, **kw) for q, mode, event, kw in calls(queue, unknown)]
+    assert [a[0] for a in answers] == [
         "created", "KeyConflict", "ignored", "created", "created", "created", "IntegrityError", "IntegrityError",
         "DataError", "IntegrityError", "IntegrityError", "created", "created",
-    ], mine  # fmt: skip
-    assert mine[0][1]["schedule_on"] == datetime(2030, 1, 1, 10, 0, tzinfo=UTC)
-    assert mine[3][1]["schedule_on"] == T0 + timedelta(seconds=30, milliseconds=60_500)
-    assert mine[11][1]["traceparent"] == TRACE
-    assert state(raw, new.name) == state(raw, old.name)
-
-    # with it on, every call took one statement but the unknown queue's, which went on to
-    # tickler_schedule() for its error, and the traced one (errors of the statement itself are final)
-    ran_on = statements[: len(statements) - len(theirs)]
-    assert ran_on == ["schedule_new"] * 11 + ["schedule_group", "schedule_group_traced", "schedule_new"], ran_on
-    assert set(statements[len(ran_on) :]) == {"schedule_group", "schedule_group_traced"}
+    ], answers  # fmt: skip
+    # the errors: the group's other fairness key, max_attempts out of range, priority beyond
+    # smallint, the key's syntax, no such queue
+    assert [answers[n][1] for n in range(6, 11)] == ["23514", "23514", "22003", "23514", "23503"]
+    created = answers[0][1]
+    assert created["schedule_on"] == datetime(2030, 1, 1, 10, 0, tzinfo=UTC)
+    assert created["enqueued_on"] == T0 and created["version"] == 1 and created["max_attempts"] == 5
+    assert (created["group_key"], created["priority"], created["fairness_key"]) == ("g1", 2, "f1")
+    assert created["data"] == {"n": 1, "nested": {"x": [1, 2]}} and created["enqueued_by"] == "app"
+    assert answers[1][1:] == ("a", 1, datetime(2030, 1, 1, 10, 0, tzinfo=UTC))  # the open event, as it is
+    assert answers[2][1] == created  # ignored: the open event
+    assert answers[3][1]["schedule_on"] == T0 + timedelta(seconds=30, milliseconds=60_500)
+    assert answers[3][1]["max_attempts"] == 4 and answers[3][1]["fairness_key"] == "fb"  # the queue's default
+    assert answers[4][1]["schedule_on"] == datetime(2029, 12, 31, tzinfo=UTC)  # in the past: due
+    assert answers[11][1]["traceparent"] == TRACE
+    written = state(raw, queue.name)
+    assert [e["item_key"] for e in written["events"]] == ["a", "b", "c", "d", "j", "k"]
+    assert [(key, action, details) for key, _, action, _, details in written["timeline"]] == [
+        ("a", "enqueued", {"group_key": "g1", "max_attempts": 5, "priority": 2, "fairness_key": "f1"}),
+        ("b", "enqueued", {"max_attempts": 4, "fairness_key": "fb"}),
+        ("c", "enqueued", {"max_attempts": 4}),
+        ("d", "enqueued", {"max_attempts": 1, "priority": -100}),
+        ("j", "enqueued", {"max_attempts": 4}),
+        ("k", "enqueued", {"max_attempts": 4}),
+    ]
+    assert dict(written["counts"]) == {"open": 6}
+    # one statement per call, errors and all
+    assert statements == ["schedule_events"] * len(answers)
 
 
 def test_a_new_event_due_before_the_dispatchers_next_look_wakes_them(
@@ -193,12 +176,12 @@ def test_a_new_event_due_before_the_dispatchers_next_look_wakes_them(
         # notifications arrive in commit order: a NOTIFY of the first would come first
         first = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
     assert first == [sooner.name]
-    assert statements == ["schedule_new", "schedule_new"]
+    assert statements == ["schedule_events", "schedule_events"]
 
 
 def group_answers(store: Store, queue: Queue, mode: str, events: list[NewEvent], now: datetime) -> Any:
     """What a group commit's write answers per item (scheduled, the event without its id), or the
-    error it raises (then the group's items are written alone: the same on both sides)."""
+    error it raises (then group commit writes the group's items alone)."""
     try:
         rows = store.events._write_group((queue.name, "app", mode, now, None), [(e, None) for e in events])
     except Exception as error:
@@ -240,26 +223,16 @@ def groups(queue: Queue, unknown: Queue) -> list[tuple[Queue, str, list[NewEvent
     ]
 
 
-def test_a_group_of_new_events_writes_and_answers_what_tickler_schedule_does(
-    store: Store,
-    make_queue: Callable[..., Queue],
-    raw: psycopg.Connection[Any],
-    statements: list[str],
-    without_schedule_new: Callable[[bool], None],
+def test_a_group_of_new_events_writes_and_answers_in_one_statement(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], statements: list[str]
 ) -> None:
-    new, old = make_queue("schedule_many_on", max_attempts=4), make_queue("schedule_many_off", max_attempts=4)
-    unknown = replace(new, name="schedule_many_gone")
-    answers: dict[str, list[Any]] = {}
-    for side, off in ((new, False), (old, True)):
-        without_schedule_new(off)
-        answers[side.name] = [
-            group_answers(store, q if q is unknown else side, mode, events, T0 + timedelta(seconds=10 * n))
-            for n, (q, mode, events) in enumerate(groups(side, unknown))
-        ]
-    mine, theirs = answers[new.name], answers[old.name]
-    for n, (one, other) in enumerate(zip(mine, theirs, strict=True)):
-        assert one == other, f"group {n}"
-    outcomes = [a if isinstance(a, tuple) else [row["scheduled"] for row in a] for a in mine]
+    queue = make_queue("schedule_many_on", max_attempts=4)
+    unknown = replace(queue, name="schedule_many_gone")
+    answers = [
+        group_answers(store, q, mode, events, T0 + timedelta(seconds=10 * n))
+        for n, (q, mode, events) in enumerate(groups(queue, unknown))
+    ]
+    outcomes = [a if isinstance(a, tuple) else [row["scheduled"] for row in a] for a in answers]
     assert outcomes == [
         ["created", "created", "created"],
         ["created", "conflict", "created"],
@@ -269,14 +242,28 @@ def test_a_group_of_new_events_writes_and_answers_what_tickler_schedule_does(
         ("IntegrityError", "23503"),
         ["created", "created"],
     ], outcomes
-    assert state(raw, new.name) == state(raw, old.name)
-    # with it on, each group was one statement; the refused ones raised from it, and the unknown
-    # queue's (no row at all) went on to tickler_schedule() for its error
-    ran_on = statements[: len(statements) - len(theirs)]
-    assert ran_on == ["schedule_new_many"] * 6 + ["schedule_group", "schedule_new_many"], ran_on
+    positions = [[row["ord"] for row in a] for a in answers if isinstance(a, list)]
+    assert positions == [[0, 1, 2], [0, 1, 2], [0, 1, 2], [0, 1]]
+    second = answers[1]
+    assert isinstance(second, list)
+    assert [(r["item_key"], r["enqueued_on"], r["version"]) for r in second] == [
+        ("d", T0 + timedelta(seconds=10), 1),
+        ("a", T0, 1),  # the open event that holds the key
+        ("e", T0 + timedelta(seconds=10), 1),
+    ]
+    assert second[0]["schedule_on"] == datetime(2030, 1, 1, 10, 0, tzinfo=UTC) and second[0]["priority"] == 2
+    assert second[2]["max_attempts"] == 1 and second[2]["fairness_key"] == "f1"
+    written = state(raw, queue.name)
+    assert [e["item_key"] for e in written["events"]] == ["a", "b", "c", "d", "e", "f", "m", "n"]
+    # a group's entries in the order of its items; a refused group wrote nothing
+    assert [(key, action) for key, _, action, _, _ in written["timeline"]] == [
+        (key, "enqueued") for key in ("a", "b", "c", "d", "e", "f", "m", "n")
+    ]
+    assert dict(written["counts"]) == {"open": 8}
+    assert statements == ["schedule_events"] * len(answers)
 
 
-def test_a_key_taken_while_the_group_is_written_is_answered_by_tickler_schedule(
+def test_a_key_taken_while_the_group_is_written_is_answered_by_the_same_statement(
     store: Store,
     make_queue: Callable[..., Queue],
     database_url: str,
@@ -284,8 +271,8 @@ def test_a_key_taken_while_the_group_is_written_is_answered_by_tickler_schedule(
     statements: list[str],
 ) -> None:
     """An item whose key an event took after the group's statement began (its insert waited on
-    that event's transaction, then gave way): the statement answers nothing for it, and
-    tickler_schedule() answers the conflict; the group's other items stay written once."""
+    that event's transaction, then gave way): the same statement reads the event that took it and
+    answers the conflict; the group's other items are written once."""
     from tickler.scheduler.db import libpq_url
 
     queue = make_queue("schedule_many_race")
@@ -321,10 +308,125 @@ def test_a_key_taken_while_the_group_is_written_is_answered_by_tickler_schedule(
         (0, "created", "y", "app"),
         (1, "conflict", "x", "other"),
     ]
-    assert statements == ["schedule_new_many", "schedule_group"]
+    assert statements == ["schedule_events"]
     assert raw.execute(
         "SELECT item_key, count(*) FROM tickler_event WHERE queue = %s GROUP BY 1 ORDER BY 1", [queue.name]
     ).fetchall() == [("x", 1), ("y", 1)]
     assert raw.execute(
         "SELECT item_key, action FROM tickler_timeline WHERE queue = %s ORDER BY id", [queue.name]
     ).fetchall() == [("y", "enqueued")]
+
+
+def batch(store: Store, queue: Queue, mode: str, items: list[NewEvent], now: datetime, **kw: Any) -> Any:
+    """A batch's results as (item_key, outcome, id), or (error class, sqlstate)."""
+    try:
+        results = store.events.schedule_batch(queue, items, actor="app", on_conflict=mode, now=now, **kw)
+    except Exception as error:
+        original = getattr(error, "orig", error)
+        return (type(error).__name__, getattr(original, "sqlstate", None))
+    return [(r.item_key, str(r.outcome), r.id) for r in results]
+
+
+def test_a_batch_under_every_on_conflict_in_one_statement(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], statements: list[str]
+) -> None:
+    queue = make_queue("schedule_batch", max_attempts=4, lease_seconds=60)
+    at = [T0 + timedelta(seconds=10 * n) for n in range(10)]
+    full = NewEvent("a", {"n": 1, "text": 'tab\there \\ "q" é'}, group_key="g1", max_attempts=5, priority=2,
+                    fairness_key="f1", schedule_on=datetime(2030, 1, 1, 10, tzinfo=UTC))  # fmt: skip
+    first = batch(store, queue, "reject", [full, NewEvent("b", {}, delay_seconds=60), NewEvent("c", {})], at[0])
+    assert [o for _, o, _ in first] == ["created"] * 3
+    ids = {key: id_ for key, _, id_ in first}
+    assert batch(store, queue, "reject", [NewEvent("a", {}), NewEvent("d", {}, delay_seconds=1.5)], at[1]) == [
+        ("a", "rejected", ids["a"]),
+        ("d", "created", ids["c"] + 2),  # the attempt at `a` took an id
+    ]
+    ignored = batch(store, queue, "ignore", [NewEvent("a", {}), NewEvent("e", {"big": 2**70})], at[2])
+    assert [(k, o) for k, o, _ in ignored] == [("a", "ignored"), ("e", "created")] and ignored[0][2] == ids["a"]
+    replaced = batch(store, queue, "replace", [NewEvent("a", {"n": 2}, delay_seconds=30), NewEvent("f", {})], at[3])
+    assert [(k, o) for k, o, _ in replaced] == [("a", "replaced"), ("f", "created")] and replaced[0][2] == ids["a"]
+    a = store.events.get(queue.name, "a")
+    # replace: what the item says, the defaults for the rest
+    assert (a.version, a.data, a.group_key, a.max_attempts, a.priority, a.fairness_key) == (
+        2,
+        {"n": 2},
+        None,
+        4,
+        0,
+        None,
+    )
+    assert a.schedule_on == at[3] + timedelta(seconds=30)
+    debounced = batch(
+        store, queue, "debounce", [NewEvent("b", {"m": [1]}, delay_seconds=600), NewEvent("g", {})], at[4],
+        debounce_max_seconds=30,
+    )  # fmt: skip
+    assert [(k, o) for k, o, _ in debounced] == [("b", "debounced"), ("g", "created")]
+    b = store.events.get(queue.name, "b")
+    assert (b.version, b.data, b.schedule_on) == (2, {"m": [1]}, T0 + timedelta(seconds=30))  # capped
+    assert [(e.action, e.details) for e in store.events.timeline(queue.name, "b")] == [
+        ("enqueued", {"max_attempts": 4}),
+        ("debounced", {"max_attempts": 4, "previous_schedule_on": "2030-01-01T09:01:00Z"}),
+    ]
+
+    # in flight: refused, as a single call is (409), and left as it is
+    (lease,) = store.leases.claim(queue, worker="w", limit=1, now=at[5])
+    assert [e.item_key for e in lease.events] == ["c"]
+    for mode in ("replace", "debounce"):
+        refused = batch(store, queue, mode, [NewEvent("c", {"x": 1}), NewEvent(f"h-{mode}", {})], at[6])
+        assert [(k, o) for k, o, _ in refused] == [("c", "rejected"), (f"h-{mode}", "created")]
+        with pytest.raises(InFlight):
+            store.events.schedule(queue, NewEvent("c", {"x": 1}), actor="app", on_conflict=mode, now=at[6])
+    assert store.events.get(queue.name, "c").version == 2  # its claim's, no more
+    # a lease whose time is up is ended first, then its event is replaced
+    later = at[5] + timedelta(seconds=61)
+    assert [o for _, o, _ in batch(store, queue, "replace", [NewEvent("c", {"x": 2})], later)] == ["replaced"]
+    c = store.events.get(queue.name, "c", now=later)
+    assert (c.data, c.redeliver_count, c.status) == ({"x": 2}, 1, "pending")
+    assert [e.action for e in store.events.timeline(queue.name, "c")] == [
+        "enqueued", "claimed", "lease_expired", "replaced",
+    ]  # fmt: skip
+
+    # trace contexts are kept with the events written, by position
+    traced = TraceContext(TRACE, "k=v")
+    batch(store, queue, "replace", [NewEvent("d", {}), NewEvent("e", {})], at[7], traces=[None, traced])
+    assert store.events.get(queue.name, "d").traceparent is None
+    e = store.events.get(queue.name, "e")
+    assert (e.traceparent, e.tracestate, e.version) == (TRACE, "k=v", 2)
+
+    # errors: nothing of the batch is written
+    before = state(raw, queue.name)
+    assert batch(store, queue, "reject", [NewEvent("k", {}), NewEvent("k", {"n": 2})], at[8]) == (
+        "OperationalError", "40001",  # a key twice: its second item is never settled
+    )  # fmt: skip
+    assert batch(store, queue, "reject", [NewEvent("o1", {}), NewEvent("o2", {}, max_attempts=0)], at[8]) == (
+        "IntegrityError", "23514",
+    )  # fmt: skip
+    assert batch(store, queue, "reject", [NewEvent("p1", {}), NewEvent("p2", {}, priority=99999)], at[8]) == (
+        "DataError", "22003",
+    )  # fmt: skip
+    gone = replace(queue, name="schedule_batch_gone")
+    assert batch(store, gone, "reject", [NewEvent("q1", {})], at[8]) == ("IntegrityError", "23503")
+    assert batch(store, queue, "sometimes", [NewEvent("q1", {})], at[8])[0] == "ProgrammingError"  # raised: P0001
+    assert state(raw, queue.name) == before
+    assert batch(store, queue, "reject", [], at[8]) == []
+    assert statements.count("schedule_batch") == 15  # one statement per batch, errors and all
+
+
+def test_a_large_grouped_batch_answers_every_item_in_order(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    queue = make_queue("schedule_large")
+    many = [
+        NewEvent(f"n{i}", {"i": i}, group_key=f"g{i % 7}" if i % 3 else None, delay_seconds=i) for i in range(2_500)
+    ]
+    assert [o for _, o, _ in batch(store, queue, "reject", many[:2_000], T0)] == ["created"] * 2_000
+    ignored = batch(store, queue, "ignore", many[1_500:], T0)
+    assert [k for k, _, _ in ignored] == [e.item_key for e in many[1_500:]]
+    assert [o for _, o, _ in ignored] == ["ignored"] * 500 + ["created"] * 500
+    debounced = batch(store, queue, "debounce", many[::2], T0 + timedelta(seconds=1), debounce_max_seconds=100)
+    assert {o for _, o, _ in debounced} == {"debounced"}
+    replaced = batch(store, queue, "replace", many[::3], T0 + timedelta(seconds=2))
+    assert {o for _, o, _ in replaced} == {"replaced"}
+    assert dict(state(raw, queue.name)["counts"]) == {"open": 2_500}
+    (entries,) = raw.execute("SELECT count(*) FROM tickler_timeline WHERE queue = %s", [queue.name]).fetchone() or [0]
+    assert entries == 2_500 + 1_250 + 834

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from tests import pg
+from tests.previous_schedule import schedule_as_earlier_releases
 from tickler.config import Settings
 from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.migrate import migrate
@@ -303,9 +304,12 @@ def test_schedule_changes_and_a_queue_deletion_leave_their_entries(
     )
 
 
-def test_an_upgrade_keeps_the_timeline_and_its_writers_write_on(admin_url: str) -> None:
+def test_an_upgrade_keeps_the_timeline_and_its_writers_write_on(
+    admin_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Entries written before migration 0061 (by the previous functions) stay as they were; after
     it, the same changes write the same entries through tickler_timeline_write()."""
+    schedule_as_earlier_releases(monkeypatch)  # before the upgrade, its tickler_schedule()
     url = pg.create_database(admin_url, prefix="tickler_upgrade_timeline")
     migrate(url, through=60)
     engine = create_engine(url, pool_size=2)
@@ -377,6 +381,5 @@ def test_only_the_one_function_of_the_migrated_database_inserts_into_the_timelin
         "tickler_change_event",
         "tickler_claim_events",
         "tickler_end_expired_leases",
-        "tickler_schedule_items",
-        "tickler_schedule_write",
+        "tickler_schedule_events",
     ]

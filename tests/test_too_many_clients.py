@@ -156,8 +156,8 @@ def _client(base: str, token: str, number: int, start: threading.Barrier, answer
         prefix = f"c{number}-r{n}"
         if n % 4 == 3:  # a small batch: one statement on the driver
             keys = [f"{prefix}-{i}" for i in range(3)]
-        elif n % 6 == 5:  # a batch big enough to go by COPY
-            keys = [f"{prefix}-{i}" for i in range(Settings().batch_copy_min_events)]
+        elif n % 6 == 5:  # a larger batch
+            keys = [f"{prefix}-{i}" for i in range(200)]
         else:  # a single event: group commit
             keys = [prefix]
         if len(keys) == 1:
@@ -219,8 +219,6 @@ def test_every_driver_call_of_the_store_translates_a_refused_connection(small_se
         calls = {
             "schedule": lambda: store.events.schedule(queue, one[0], actor="t"),
             "schedule_batch": lambda: store.events.schedule_batch(queue, many, actor="t"),
-            "schedule_batch by COPY": lambda: store.events.schedule_batch(queue, many, actor="t", copy_min_events=1),
-            "schedule_batch_answer": lambda: store.events.schedule_batch_answer(queue, many, actor="t"),
             "claim": lambda: store.leases.claim(queue, worker="w", limit=5),
             "ack": lambda: store.leases.ack(["00000000-0000-0000-0000-000000000000"]),
         }

@@ -4,7 +4,6 @@ and everything a client can read is the same before and after."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +18,7 @@ from tests import pg
 from tests.helpers_wait import wait_until
 from tests.helpers_worker import recording_worker
 from tests.previous_ack import ack_before_0072
+from tests.previous_schedule import schedule_as_earlier_releases
 from tickler.config import Settings
 from tickler.scheduler import recurring
 from tickler.scheduler.db import create_engine, libpq_url
@@ -27,7 +27,6 @@ from tickler.scheduler.migrate import Migration, Step, available_migrations, mig
 from tickler.scheduler.models import Event, NewEvent, Queue
 from tickler.scheduler.sql import parse_queries
 from tickler.scheduler.store import QueueSettings, SearchFilter, Store
-from tickler.scheduler.store import events as event_store
 from tickler.scheduler.store.operations import EventOperations
 
 PREVIOUS = 20  # the last migration of the release before history by day
@@ -112,13 +111,9 @@ def previous_cancel(engine: sa.Engine, queue: str, item_key: str, *, actor: str,
         assert conn.execute(PREVIOUS_CLAIMS["cancel_event"], params).all()
 
 
-@contextlib.contextmanager
-def previous_single_schedule() -> Iterator[None]:
-    """Single events scheduled as the previous releases did, through tickler_schedule(): this
-    release's statement for one new event (schedule_new) writes columns of later schemas."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(event_store, "_NEW_ONLY", frozenset())
-        yield
+@pytest.fixture(autouse=True)
+def previous_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule_as_earlier_releases(monkeypatch)
 
 
 def previous_ack(url: str, lease_ids: list[str]) -> list[int]:
@@ -144,8 +139,7 @@ def fill(url: str, store: Store, engine: sa.Engine, now: datetime) -> list[tuple
     """Every kind of event the previous release held, written by the statements that release ran
     (the write path is unchanged): open, due, in flight, delivered, cancelled, dead, grouped,
     debounced, a reused key, recurring occurrences. Returns the (queue, key) pairs written."""
-    with previous_single_schedule():
-        return _fill(url, store, engine, now)
+    return _fill(url, store, engine, now)
 
 
 def _fill(url: str, store: Store, engine: sa.Engine, now: datetime) -> list[tuple[str, str]]:
@@ -387,10 +381,9 @@ def test_upgrade_to_the_lease_table_keeps_live_leases_and_fencing(admin_url: str
             )
             live = previous_claim(engine, queue, worker="w", limit=2, now=past + timedelta(minutes=1))
             # the stale lease: taken two days ago for a day, never reaped
-            with previous_single_schedule():
-                store.events.schedule(
-                    late, NewEvent(item_key="old", data={}, schedule_on=now - timedelta(days=3)), actor="app"
-                )
+            store.events.schedule(
+                late, NewEvent(item_key="old", data={}, schedule_on=now - timedelta(days=3)), actor="app"
+            )
             [stale] = previous_claim(engine, late, worker="w", limit=1, now=now - timedelta(days=2))
             store.events.schedule_batch(
                 grouped,

@@ -194,26 +194,18 @@ def schedule_batch(queue: str) -> Response:
         traces = [item_traces[i] or request_trace for i in range(len(events))] if item_traces else None
         if traces is None and request_trace is not None:
             traces = [request_trace] * len(events)
-        copy_min = settings.batch_copy_min_events
-        if copy_min and len(events) >= copy_min and traces is None:
-            # A large batch by COPY, its answer written by PostgreSQL: the same body, byte for byte.
-            text, counts = context.store().events.schedule_batch_answer(
-                target, events, actor=auth.principal().name, on_conflict=on_conflict, debounce_max_seconds=debounce_max
-            )
-            answer = current_app.response_class(text + "\n", mimetype="application/json")  # as jsonify ends it
-        else:
-            results = context.store().events.schedule_batch(
-                target,
-                events,
-                actor=auth.principal().name,
-                on_conflict=on_conflict,
-                debounce_max_seconds=debounce_max,
-                traces=traces,
-            )
-            counts = {}
-            for result in results:
-                counts[result.outcome] = counts.get(result.outcome, 0) + 1
-            answer = jsonify({"results": [{"item_key": r.item_key, "outcome": r.outcome, "id": r.id} for r in results]})
+        results = context.store().events.schedule_batch(
+            target,
+            events,
+            actor=auth.principal().name,
+            on_conflict=on_conflict,
+            debounce_max_seconds=debounce_max,
+            traces=traces,
+        )
+        counts: dict[str, int] = {}
+        for result in results:
+            counts[result.outcome] = counts.get(result.outcome, 0) + 1
+        answer = jsonify({"results": [{"item_key": r.item_key, "outcome": r.outcome, "id": r.id} for r in results]})
     for outcome, n in counts.items():
         EVENTS_SCHEDULED.labels(queue, outcome).inc(n)
     return answer

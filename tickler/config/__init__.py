@@ -93,9 +93,6 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     # Largest batch of events in one request.
     max_batch_events: int = 10_000
-    # A batch of at least this many events (without per-item trace contexts) is sent to
-    # PostgreSQL by COPY into a staging table rather than as one JSON parameter (0: never).
-    batch_copy_min_events: int = 200
     # Largest page of a search.
     max_page_size: int = 1_000
     # Longest long poll of a claim (`wait_seconds`); lower it behind a proxy with a shorter timeout.

@@ -14,201 +14,42 @@
 --     of an event, open or finished, read tickler_event, then history through the key's timeline
 --     (tickler_history_event, scheduler/database/history.sql: history has no index by id alone).
 
--- name: schedule_one
--- Schedule one event through tickler_schedule() (scheduler/database/writing.sql: the one path
--- that writes events, their timeline and the wake-up handshake). One row: the outcome, and the
--- event written or the open event that holds the key (`scheduled`: the event's own `outcome` is
--- how it finished).
-SELECT r.outcome AS scheduled, (r.event).*,
+-- fragment: schedule_items
+-- tickler_schedule_events() (scheduler/database/writing.sql: the one path that writes events, their
+-- timeline, trace contexts and the wake-up handshake) over the call's events, one typed array per
+-- field (EventStore sends Python lists: binary arrays); with_events: answer with the rows too.
+tickler_schedule_events(
+    :queue, :actor, :on_conflict, CAST(:now AS timestamptz), CAST(:debounce_max_seconds AS double precision),
+    :with_events, CAST(:item_key AS text[]), CAST(:group_key AS text[]), CAST(:schedule_on AS timestamptz[]),
+    CAST(:delay_seconds AS double precision[]), CAST(:data AS jsonb[]), CAST(:max_attempts AS integer[]),
+    CAST(:priority AS smallint[]), CAST(:fairness_key AS text[]), CAST(:traceparent AS text[]),
+    CAST(:tracestate AS text[]))
+
+-- name: schedule_events
+-- Schedule events and answer with them: per item, in order, its outcome (`scheduled`: the
+-- event's own `outcome` is how it finished) and the event written or the open event that holds
+-- the key. A single-event call, or those of concurrent requests (group commit).
+SELECT r.ord, r.outcome AS scheduled, (r.event).*,
        tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
            AS status
-FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
-                      CAST(:debounce_max_seconds AS double precision), true) AS r;
+FROM
+    -- include: schedule_items
+    AS r;
 
--- name: schedule_new
--- One new event under reject or ignore (the commonest call: an in-process enqueue, a single-event
--- request), in one plain statement: tickler_schedule()'s single-event insert step, without the two
--- PL/pgSQL calls around it, the jsonb round of the item and the read of the row after it (~20 % of
--- the database's CPU per event; docs/benchmarks.md). The same steps in the same order: the queue's
--- row share-locked first (the wake-up handshake, see tickler_queue.next_wake), the insert where the
--- key is free, its `enqueued` entry through tickler_timeline_write(), one NOTIFY when a sleeping
--- dispatcher would wake too late; fields cast as the jsonb path casts them. A taken key answers
--- `conflict` with its open event, as tickler_schedule() does. No row: no such queue, or the key was
--- taken by an event this statement's snapshot does not see (committed after it began); the caller
--- asks tickler_schedule(), which raises the error or names the event (tests/test_schedule_new.py
--- holds the two to the same rows and answers).
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-target AS MATERIALIZED (
-    SELECT q.max_attempts, q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
-),
-inserted AS (
-    INSERT INTO tickler_event AS e
-        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts, priority, fairness_key)
-    SELECT :queue, :item_key, :group_key,
-           coalesce(CAST(:schedule_on AS timestamptz),
-                    c.now + make_interval(secs => coalesce(CAST(:delay_seconds AS double precision), 0))),
-           coalesce(CAST(:data AS jsonb), '{}'), c.now, :actor,
-           coalesce(CAST(CAST(:max_attempts AS text) AS integer), t.max_attempts),
-           coalesce(CAST(CAST(:priority AS text) AS smallint), 0), coalesce(:fairness_key, '')
-    FROM target AS t CROSS JOIN clock AS c
-    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO NOTHING
-    RETURNING e.*
-),
-logged AS (
-    SELECT tickler_timeline_write(ARRAY[ROW(
-               n.queue, n.item_key, n.id, n.enqueued_on, 'enqueued', n.enqueued_by, n.schedule_on,
-               jsonb_strip_nulls(jsonb_build_object('group_key', n.group_key, 'max_attempts', n.max_attempts,
-                                                    'priority', nullif(n.priority, 0),
-                                                    'fairness_key', nullif(n.fairness_key, '')))
-           )::tickler_timeline_row]) AS written
-    FROM inserted AS n
-),
-woken AS (
-    SELECT count(pg_notify('tickler_wake', n.queue)) AS n
-    FROM inserted AS n CROSS JOIN target AS t
-    WHERE t.next_wake > n.schedule_on
-)
-SELECT 'created' AS scheduled, n.*, tickler_status(n.outcome, n.lease_expires_on, c.now) AS status
-FROM inserted AS n CROSS JOIN logged AS l CROSS JOIN woken AS w CROSS JOIN clock AS c
-UNION ALL
-SELECT 'conflict', e.*, tickler_status(e.outcome, e.lease_expires_on, c.now)
-FROM tickler_event AS e CROSS JOIN clock AS c
-WHERE e.queue = :queue AND e.item_key = :item_key AND e.dequeued_on IS NULL
-  AND NOT EXISTS (SELECT 1 FROM inserted);
-
--- name: schedule_new_many
--- schedule_new for the items of one group commit (concurrent single-event requests of one queue,
--- caller and mode, reject or ignore; their keys distinct): the same steps in one statement, the
--- items in the order of their positions (`ord`, from 0). The events are inserted in
--- that order (their ids and entries ascend with it), their `enqueued` entries written by one call
--- of tickler_timeline_write(), one NOTIFY for the group when a sleeping dispatcher would wake too
--- late. Per item: `created` and its event, or `conflict` and the open event that holds its key.
--- An item with no row (a key taken by an event committed after the statement began) and a group
--- with none (no such queue) go on to schedule_group, as schedule_new's do to tickler_schedule().
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-target AS MATERIALIZED (
-    SELECT q.max_attempts, q.next_wake FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE
-),
-item AS MATERIALIZED (
-    -- the items as EventStore writes them for tickler_schedule() (:events, a JSON array), cast as its
-    -- jsonb path casts them; keys in the column's collation (the open-key index answers conflicts)
-    SELECT i.ord, i.item_key COLLATE "C" AS item_key, i.group_key, i.schedule_on, i.delay_seconds, i.data,
-           i.max_attempts, i.priority, i.fairness_key
-    FROM jsonb_to_recordset(CAST(:events AS jsonb))
-         AS i (ord integer, item_key text, group_key text, schedule_on text, delay_seconds double precision,
-               data jsonb, max_attempts text, priority text, fairness_key text)
-),
-inserted AS (
-    INSERT INTO tickler_event AS e
-        (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts, priority, fairness_key)
-    SELECT :queue, i.item_key, i.group_key,
-           coalesce(CAST(i.schedule_on AS timestamptz),
-                    c.now + make_interval(secs => coalesce(i.delay_seconds, 0))),
-           coalesce(i.data, '{}'), c.now, :actor,
-           coalesce(CAST(i.max_attempts AS integer), t.max_attempts),
-           coalesce(CAST(i.priority AS smallint), 0), coalesce(i.fairness_key, '')
-    FROM item AS i CROSS JOIN target AS t CROSS JOIN clock AS c
-    ORDER BY i.ord
-    ON CONFLICT (queue, item_key) WHERE dequeued_on IS NULL DO NOTHING
-    RETURNING e.*
-),
-logged AS (
-    SELECT tickler_timeline_write(array_agg(ROW(
-               n.queue, n.item_key, n.id, n.enqueued_on, 'enqueued', n.enqueued_by, n.schedule_on,
-               jsonb_strip_nulls(jsonb_build_object('group_key', n.group_key, 'max_attempts', n.max_attempts,
-                                                    'priority', nullif(n.priority, 0),
-                                                    'fairness_key', nullif(n.fairness_key, '')))
-           )::tickler_timeline_row ORDER BY n.id)) AS written
-    FROM inserted AS n
-),
-woken AS (
-    SELECT count(pg_notify('tickler_wake', :queue)) AS n
-    FROM target AS t
-    WHERE t.next_wake > (SELECT min(n.schedule_on) FROM inserted AS n)
-)
-SELECT i.ord, 'created' AS scheduled, n.*, tickler_status(n.outcome, n.lease_expires_on, c.now) AS status
-FROM inserted AS n JOIN item AS i ON i.item_key = n.item_key
-     CROSS JOIN logged AS l CROSS JOIN woken AS w CROSS JOIN clock AS c
-UNION ALL
-SELECT i.ord, 'conflict', e.*, tickler_status(e.outcome, e.lease_expires_on, c.now)
-FROM item AS i
-     JOIN tickler_event AS e ON e.queue = :queue AND e.item_key = i.item_key AND e.dequeued_on IS NULL
-     CROSS JOIN clock AS c
-WHERE NOT EXISTS (SELECT 1 FROM inserted AS n WHERE n.item_key = i.item_key);
+-- name: schedule_batch
+-- Schedule a batch: per item, in order, its key, outcome and the id of the event written or of the
+-- open event that holds the key.
+SELECT r.item_key, r.outcome, r.id
+FROM
+    -- include: schedule_items
+    AS r;
 
 -- name: schedule_many
--- Schedule many events of one queue through tickler_schedule(): one row per event, in order.
+-- The same for a caller that holds its events as one JSON array (:events; recurring schedules),
+-- through tickler_schedule(): one row per event, in order.
 SELECT r.ord, r.item_key, r.outcome, r.id
 FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
                       CAST(:debounce_max_seconds AS double precision)) AS r;
-
--- name: schedule_staged
--- schedule_many over the items COPYed into the session's staging table in this transaction
--- (stage_copy): the same rows.
-SELECT r.ord, r.item_key, r.outcome, r.id
-FROM tickler_schedule_staged(:queue, :actor, :on_conflict, CAST(:now AS timestamptz),
-                             CAST(:debounce_max_seconds AS double precision)) AS r;
-
--- name: schedule_staged_answer
--- schedule_staged, answered as the API's response body (`{"results":[{"item_key":…,"outcome":…,
--- "id":…},…]}`, compact JSON, the text the API's JSON writer makes of those results: keys hold no
--- control character, and to_json escapes `"` and `\` as it does) and the number of items per outcome.
--- :refused names the items not written (ignored or rejected).
-WITH r AS MATERIALIZED (
-    SELECT r.ord, r.item_key, r.id,
-           CASE WHEN r.outcome IN ('created', 'replaced', 'debounced') THEN r.outcome ELSE :refused END AS outcome
-    FROM tickler_schedule_staged(:queue, :actor, :on_conflict, CAST(:now AS timestamptz),
-                                 CAST(:debounce_max_seconds AS double precision)) AS r
-)
-SELECT '{"results":[' || coalesce(string_agg(
-           '{"item_key":' || to_json(r.item_key)::text || ',"outcome":"' || r.outcome || '","id":'
-           || coalesce(r.id::text, 'null') || '}', ',' ORDER BY r.ord), '') || ']}' AS body,
-       ARRAY(SELECT c.outcome FROM r AS c GROUP BY 1 ORDER BY 1) AS outcomes,
-       ARRAY(SELECT count(*) FROM r AS c GROUP BY c.outcome ORDER BY c.outcome) AS counts
-FROM r;
-
--- name: stage_open
--- The session's staging table for schedule_staged (created when the session has none), in the
--- transaction that fills it.
-SELECT tickler_schedule_stage_open();
-
--- name: stage_copy
--- Fill the staging table of schedule_staged (binary COPY, in the order of the columns).
-COPY pg_temp.tickler_schedule_stage (ord, item_key, group_key, schedule_on, delay_seconds, data, max_attempts,
-                                     priority, fairness_key)
-FROM STDIN (FORMAT binary);
-
--- name: schedule_one_traced
--- schedule_one, keeping the caller's trace context with the event written (SPEC §11).
-SELECT r.outcome AS scheduled, (r.event).*,
-       tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
-           AS status
-FROM tickler_schedule_traced(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
-                             CAST(:debounce_max_seconds AS double precision), true, CAST(:traces AS jsonb)) AS r;
-
--- name: schedule_many_traced
--- schedule_many, keeping each item's trace context with the event written (SPEC §11).
-SELECT r.ord, r.item_key, r.outcome, r.id
-FROM tickler_schedule_traced(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
-                             CAST(:debounce_max_seconds AS double precision), false, CAST(:traces AS jsonb)) AS r;
-
--- name: schedule_group
--- Schedule the single events of concurrent requests (group commit: one queue, caller and
--- on_conflict) in one statement through tickler_schedule(): per item, its position, its outcome and
--- the event written or the open event that holds the key, as schedule_one answers for one.
-SELECT r.ord, r.outcome AS scheduled, (r.event).*,
-       tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
-           AS status
-FROM tickler_schedule(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
-                      CAST(:debounce_max_seconds AS double precision), true) AS r;
-
--- name: schedule_group_traced
--- schedule_group, keeping each item's trace context with the event written (SPEC §11).
-SELECT r.ord, r.outcome AS scheduled, (r.event).*,
-       tickler_status((r.event).outcome, (r.event).lease_expires_on, coalesce(CAST(:now AS timestamptz), now()))
-           AS status
-FROM tickler_schedule_traced(:queue, CAST(:events AS jsonb), :actor, :on_conflict, CAST(:now AS timestamptz),
-                             CAST(:debounce_max_seconds AS double precision), true, CAST(:traces AS jsonb)) AS r;
 
 -- name: get_open_event
 -- The open event of a key, if any.

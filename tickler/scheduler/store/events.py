@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Hashable, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
-from tickler.scheduler.db import driver_connection, driver_rows, unavailable_reason
+from tickler.scheduler.db import unavailable_reason
 from tickler.scheduler.errors import Archived, InFlight, KeyConflict, NotFound, StaleVersion
 from tickler.scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEntry
-from tickler.scheduler.rules import format_timestamp
-from tickler.scheduler.sql import driver_sql, q
 from tickler.scheduler.states import OnConflict, Scheduled
 from tickler.scheduler.store import search
 from tickler.scheduler.store.archive import archived_history
@@ -30,12 +27,7 @@ try:
 except ImportError:  # an optional speed-up (api/jsonio.py)
     _orjson = None  # type: ignore[assignment]
 
-# The staging table's columns (migration 0066, stage_copy), for binary COPY; max_attempts and
-# priority go as text, cast in SQL as the jsonb path casts them (the same errors out of range).
-_STAGE_TYPES = ["int8", "text", "text", "timestamptz", "float8", "jsonb", "text", "text", "text"]
-
-
-# tickler_schedule()'s outcomes for an item it wrote, and for one held under a lease.
+# tickler_schedule_events()'s outcomes for an item it wrote, and for one held under a lease.
 _WRITTEN = frozenset({Scheduled.CREATED, Scheduled.REPLACED, Scheduled.DEBOUNCED})
 _IN_FLIGHT = "in_flight"
 
@@ -63,38 +55,9 @@ class EventChanges:
 SearchFilter = search.SearchFilter
 
 
-def _events_json(events: Sequence[NewEvent]) -> str:
-    return _dumps(
-        [
-            {
-                "ord": ord_,
-                "item_key": e.item_key,
-                "group_key": e.group_key,
-                "schedule_on": format_timestamp(e.schedule_on),
-                "delay_seconds": e.delay_seconds,
-                "data": e.data,
-                "max_attempts": e.max_attempts,
-                "priority": e.priority,
-                "fairness_key": e.fairness_key,
-            }
-            for ord_, e in enumerate(events)
-        ]
-    )
-
-
-def _dumps(value: Any) -> str:
+def _dumps_bytes(value: Any) -> bytes:
     """Compact JSON for jsonb parameters: orjson when installed (several times faster on a batch
     of 10,000), else json; a value orjson will not take (an integer beyond 64 bits) goes to json."""
-    if _orjson is not None:
-        try:
-            return str(_orjson.dumps(value).decode())
-        except TypeError:
-            pass
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _dumps_bytes(value: Any) -> bytes:
-    """_dumps, as bytes (orjson's own output when it takes the value)."""
     if _orjson is not None:
         try:
             return bytes(_orjson.dumps(value))
@@ -103,36 +66,23 @@ def _dumps_bytes(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-# The modes under which a free key is simply written (schedule_new); replace and debounce change
-# an open event first, and go through tickler_schedule().
-_NEW_ONLY = frozenset({OnConflict.REJECT, OnConflict.IGNORE})
-
-
-def _new_params(params: dict[str, Any], event: NewEvent) -> dict[str, Any]:
-    """schedule_new's parameters: the call's (queue, actor, now) and the event's fields, as
-    _events_json writes them for tickler_schedule() (the same text, the same casts in SQL)."""
-    data = event.data
+def _items(events: Sequence[NewEvent], traces: Sequence[TraceContext | None] | None) -> dict[str, Any]:
+    """The events as tickler_schedule_events() takes them: one typed array per field, aligned by
+    position (psycopg sends each list as one binary array). Numbers go as the type of their
+    column's array and times in UTC (a time without offset is local, as format_timestamp reads it)."""
+    traced = traces is not None and any(t is not None for t in traces)
     return {
-        "queue": params["queue"],
-        "actor": params["actor"],
-        "now": params["now"],
-        "item_key": event.item_key,
-        "group_key": event.group_key,
-        "schedule_on": format_timestamp(event.schedule_on),
-        "delay_seconds": event.delay_seconds,
-        "data": None if data is None else Jsonb(data, _dumps_bytes),
-        "max_attempts": None if event.max_attempts is None else str(event.max_attempts),
-        "priority": None if event.priority is None else str(event.priority),
-        "fairness_key": event.fairness_key,
+        "item_key": [e.item_key for e in events],
+        "group_key": [e.group_key for e in events],
+        "schedule_on": [None if e.schedule_on is None else e.schedule_on.astimezone(UTC) for e in events],
+        "delay_seconds": [None if e.delay_seconds is None else float(e.delay_seconds) for e in events],
+        "data": [None if e.data is None else Jsonb(e.data, _dumps_bytes) for e in events],
+        "max_attempts": [None if e.max_attempts is None else int(e.max_attempts) for e in events],
+        "priority": [None if e.priority is None else int(e.priority) for e in events],
+        "fairness_key": [e.fairness_key for e in events],
+        "traceparent": [None if t is None else t.traceparent for t in traces] if traced else None,  # type: ignore[union-attr]
+        "tracestate": [None if t is None else t.tracestate for t in traces] if traced else None,  # type: ignore[union-attr]
     }
-
-
-def _traces_json(traces: Sequence[TraceContext | None]) -> str:
-    """Trace contexts by position, for tickler_schedule_traced() (null: the item has none)."""
-    return json.dumps(
-        [None if t is None else {"traceparent": t.traceparent, "tracestate": t.tracestate} for t in traces],
-        separators=(",", ":"),
-    )
 
 
 class EventStore(EventOperations):
@@ -144,11 +94,11 @@ class EventStore(EventOperations):
         )
 
     # -- scheduling -----------------------------------------------------------------------------
-    # Every write of new events goes through one SQL function, tickler_schedule() (migration
-    # 0008): the insert, the replace or debounce, their timeline and the wake-up handshake. One
-    # exception, the commonest call: a single new event under reject or ignore is its single-event
-    # insert step as one plain statement (schedule_new), and goes to the function only when that
-    # answers nothing (tests/test_schedule_new.py holds the two to the same rows and answers).
+    # Every write of new events is one call of one SQL function, tickler_schedule_events()
+    # (scheduler/database/writing.sql): the insert, the replace or debounce, their timeline, the
+    # trace contexts and the wake-up handshake, for one event or ten thousand, the fields sent as
+    # typed arrays. A single event is a group of one (group commit, below); a batch the same call
+    # without the events' rows in its answer.
 
     def schedule(
         self,
@@ -168,14 +118,12 @@ class EventStore(EventOperations):
         """
         # One autocommit statement, one round trip, on the driver directly; shared with the
         # concurrent requests of this process when group commit is on (scheduler/store/group_commit.py).
-        # A lease that ran out makes its event changeable: tickler_schedule() ends it (migration 0014).
+        # A lease that ran out makes its event changeable: tickler_schedule_events() ends it.
         key = (queue.name, actor, on_conflict, now, debounce_max_seconds)
         row = self.groups.submit(key, event.item_key, (event, trace))
         found = Event.from_row(row)
         outcome = row["scheduled"]
         if outcome in _WRITTEN:
-            if trace is not None:
-                found = replace(found, traceparent=trace.traceparent, tracestate=trace.tracestate)
             return found, outcome
         if outcome == _IN_FLIGHT:
             raise InFlight("The open event with this key is in flight; it cannot be changed.", event=found)
@@ -193,152 +141,39 @@ class EventStore(EventOperations):
         now: datetime | None = None,
         debounce_max_seconds: float | None = None,
         traces: Sequence[TraceContext | None] | None = None,
-        copy_min_events: int = 0,
     ) -> list[ScheduleResult]:
         """Schedule many events in one statement (keys must be distinct); one result per event, in order.
 
         A key that was not written reports the id of the open event that holds it. `traces`:
-        each event's trace context (by position), kept with the events written. A batch of at
-        least `copy_min_events` events (0: never) without trace contexts goes by COPY into a
-        staging table instead of as one jsonb parameter: the same outcomes, rows and errors.
+        each event's trace context (by position), kept with the events written.
         """
-        traced = traces is not None and any(t is not None for t in traces)
-        if copy_min_events and len(events) >= copy_min_events and not traced:
-            rows = self._schedule_staged(queue, events, actor, on_conflict, now, debounce_max_seconds)
-        else:
-            params = self._params(queue, events, actor, on_conflict, now, debounce_max_seconds)
-            query = "schedule_many"
-            if traced:
-                assert traces is not None
-                query, params["traces"] = "schedule_many_traced", _traces_json(traces)
-            # One statement (its own transaction), on the driver: no per-row SQLAlchemy processing.
-            rows = driver_rows(self.engine, driver_sql(query), params, tuples=True)
+        params = self._params(queue.name, actor, on_conflict, now, debounce_max_seconds)
+        params.update(_items(events, traces), with_events=False)
+        # One statement (its own transaction), on the driver: no per-row SQLAlchemy processing.
+        rows = self.rows("schedule_batch", params, tuples=True)
         refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
         written = _WRITTEN
         return [
-            ScheduleResult(item_key, outcome if outcome in written else refused, id_)
-            for _, item_key, outcome, id_ in rows
+            ScheduleResult(item_key, outcome if outcome in written else refused, id_) for item_key, outcome, id_ in rows
         ]
-
-    def schedule_batch_answer(
-        self,
-        queue: Queue,
-        events: Sequence[NewEvent],
-        *,
-        actor: str,
-        on_conflict: str = OnConflict.REJECT,
-        now: datetime | None = None,
-        debounce_max_seconds: float | None = None,
-    ) -> tuple[str, dict[str, int]]:
-        """schedule_batch by COPY, answered as the HTTP response body its results make
-        (`{"results":[...]}`, compact JSON, written by PostgreSQL: no Python object per result)
-        and the number of events per outcome."""
-        refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
-        ((body, outcomes, counts),) = self._schedule_staged(
-            queue, events, actor, on_conflict, now, debounce_max_seconds, "schedule_staged_answer", str(refused)
-        )
-        return body, dict(zip(outcomes, counts, strict=True))
-
-    def _schedule_staged(
-        self,
-        queue: Queue,
-        events: Sequence[NewEvent],
-        actor: str,
-        on_conflict: str,
-        now: datetime | None,
-        debounce_max_seconds: float | None,
-        query: str = "schedule_staged",
-        refused: str | None = None,
-    ) -> list[tuple[Any, ...]]:
-        """The rows of `query`, the events sent by binary COPY into the session's staging table
-        and written by tickler_schedule_staged() (migration 0066) in the same transaction."""
-        params: dict[str, Any] = {
-            "queue": queue.name,
-            "actor": actor,
-            "on_conflict": on_conflict,
-            "now": now,
-            "debounce_max_seconds": debounce_max_seconds,
-        }
-        if refused is not None:
-            params["refused"] = refused
-        statement = driver_sql(query)
-        with driver_connection(self.engine, statement, params) as conn, conn.cursor(row_factory=tuple_row) as cursor:
-            # In this transaction, every time: a pooler in transaction mode may hand the next
-            # transaction another server session (one look at the catalog when there).
-            cursor.execute(driver_sql("stage_open"), prepare=True)
-            with cursor.copy(driver_sql("stage_copy")) as copy:
-                copy.set_types(_STAGE_TYPES)
-                write = copy.write_row
-                for ord_, e in enumerate(events):
-                    data = e.data
-                    write(
-                        (
-                            ord_,
-                            e.item_key,
-                            e.group_key,
-                            e.schedule_on,
-                            e.delay_seconds,
-                            None if data is None else Jsonb(data, _dumps_bytes),
-                            None if e.max_attempts is None else str(e.max_attempts),
-                            None if e.priority is None else str(e.priority),
-                            e.fairness_key,
-                        )
-                    )
-            cursor.execute(statement, params, prepare=True)
-            return cursor.fetchall()
 
     def _write_group(
         self, key: Hashable, items: Sequence[tuple[NewEvent, TraceContext | None]]
     ) -> list[dict[str, Any]]:
-        """Schedule the single events of one group key in one statement: per item, the row
-        schedule_one answers (outcome, and the event written or the one that holds the key)."""
+        """Schedule the single events of one group key (one, or those of concurrent requests) in
+        one statement: per item, in order, its outcome (`scheduled`) and the event written or the
+        one that holds the key."""
         assert isinstance(key, tuple)
-        params: dict[str, Any] = dict(
-            zip(("queue", "actor", "on_conflict", "now", "debounce_max_seconds"), key, strict=True)
-        )
-        if len(items) == 1 and items[0][1] is None and params["on_conflict"] in _NEW_ONLY:
-            # The commonest call: one new event (or its key's open event). No row: no such queue,
-            # or a key taken under our feet; tickler_schedule() below raises or names the event.
-            rows = driver_rows(self.engine, driver_sql("schedule_new"), _new_params(params, items[0][0]))
-            if rows:
-                rows[0]["ord"] = 0
-                return rows
-        elif all(trace is None for _, trace in items) and params["on_conflict"] in _NEW_ONLY:
-            # A group of new events: schedule_new's steps for all of them in one statement. The
-            # items it answers nothing for go on to tickler_schedule(), which raises or names.
-            params["events"] = _events_json([event for event, _ in items])
-            rows = driver_rows(self.engine, driver_sql("schedule_new_many"), params)
-            answered = {row["ord"] for row in rows}
-            if len(answered) == len(items):
-                rows.sort(key=lambda row: row["ord"])
-                return rows
-            rest = [n for n in range(len(items)) if n not in answered]
-            params["events"] = _events_json([items[n][0] for n in rest])
-            for row in driver_rows(self.engine, driver_sql("schedule_group"), params):
-                row["ord"] = rest[row["ord"]]
-                rows.append(row)
-            rows.sort(key=lambda row: row["ord"])
-            return rows
-        params["events"] = _events_json([event for event, _ in items])
-        name = "schedule_group"
-        if any(trace is not None for _, trace in items):
-            name, params["traces"] = "schedule_group_traced", _traces_json([trace for _, trace in items])
-        rows = driver_rows(self.engine, driver_sql(name), params)
-        rows.sort(key=lambda row: row["ord"])
-        return rows
+        params = self._params(*key)
+        params.update(_items([event for event, _ in items], [trace for _, trace in items]), with_events=True)
+        return self.rows("schedule_events", params)
 
     @staticmethod
     def _params(
-        queue: Queue,
-        events: Sequence[NewEvent],
-        actor: str,
-        on_conflict: str,
-        now: datetime | None,
-        debounce_max_seconds: float | None,
+        queue: str, actor: str, on_conflict: str, now: datetime | None, debounce_max_seconds: float | None
     ) -> dict[str, Any]:
         return {
-            "queue": queue.name,
-            "events": _events_json(events),
+            "queue": queue,
             "actor": actor,
             "on_conflict": on_conflict,
             "now": now,
@@ -448,8 +283,8 @@ class EventStore(EventOperations):
     ) -> int:
         """Cancel every open event of the queue that matches and is not in flight; return how many."""
         params = {"queue": queue, "actor": actor, "reason": reason, "now": now, **matching.params()}
-        with self.engine.begin() as conn:
-            return int(conn.execute(q("cancel_matching"), params).scalar_one())
+        ((cancelled,),) = self.rows("cancel_matching", params, tuples=True)  # one statement, its own transaction
+        return int(cancelled)
 
     # -- helpers --------------------------------------------------------------------------------
 
