@@ -20,6 +20,7 @@ from tests.test_pipeline_support import (
 from tickler.pipeline.cli import main as pipeline_main
 from tickler.pipeline.importer import run_import
 from tickler.pipeline.spark import PipelineError
+from tickler.pipeline.validate import FIELDS
 
 # The first test also pays for starting Spark, which takes a minute on a busy 2-core machine.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pipeline_db"), pytest.mark.timeout(300)]
@@ -70,18 +71,6 @@ REASONS = {
     24: "data: Not valid JSON.",  # a key twice, as the API refuses it
     25: "duplicate: Row 1 has the same queue and item_key.",
 }
-FIELDS = [
-    "queue",
-    "item_key",
-    "group_key",
-    "schedule_on",
-    "delay_seconds",
-    "data",
-    "max_attempts",
-    "priority",
-    "fairness_key",
-    "traceparent",
-]
 
 
 def write_csv(path: Path, rows: list[dict[str, str]]) -> str:

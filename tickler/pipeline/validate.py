@@ -15,20 +15,10 @@ from typing import Any
 from tickler.scheduler import rules, strict_json
 from tickler.scheduler.trace_context import TraceContext
 
-# Columns an import file may have; `item_key` and `data` are required (as in the API), `queue`
-# unless --queue names it.
-FIELDS = (
-    "queue",
-    "item_key",
-    "group_key",
-    "schedule_on",
-    "delay_seconds",
-    "data",
-    "max_attempts",
-    "priority",
-    "fairness_key",
-    "traceparent",  # SPEC §11: the producer's W3C trace context; a malformed one is ignored, as by the API
-)
+# Columns an import file may have: the fields of a new event in the API (`item_key` and `data`
+# required), its `queue` (required unless --queue names it) and `traceparent` (SPEC §11: the
+# producer's W3C trace context; a malformed one is ignored, as by the API).
+FIELDS = ("queue", *rules.NEW_EVENT_FIELDS, "traceparent")
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
 # What float() reads, less its spellings of infinity and NaN and of digits in other scripts.
 _NUMBER = re.compile(r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$")

@@ -68,12 +68,18 @@ class MigrationError(RuntimeError):
     """The database's history does not match the migration files."""
 
 
-def _checksum(sql: str) -> str:
-    return hashlib.sha256(sql.encode()).hexdigest()
+class _Text:
+    """A step's SQL text and its checksum, which the ledger records."""
+
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
-class Migration:
+class Migration(_Text):
     """A numbered step: tables and data."""
 
     version: int
@@ -81,24 +87,16 @@ class Migration:
     sql: str
 
     @property
-    def checksum(self) -> str:
-        return _checksum(self.sql)
-
-    @property
     def label(self) -> str:
         return f"{self.version:04d}_{self.name}"
 
 
 @dataclass(frozen=True)
-class CodeFile:
+class CodeFile(_Text):
     """A file of functions, triggers and views, applied again whenever it changes."""
 
     name: str
     sql: str
-
-    @property
-    def checksum(self) -> str:
-        return _checksum(self.sql)
 
     @property
     def label(self) -> str:
