@@ -7,6 +7,20 @@
 -- a DROP FUNCTION IF EXISTS before it. Bodies are not checked when applied (check_function_bodies
 -- is off), so the order within and between files matters only for views and triggers.
 
+-- The ids of the open events of these keys of a queue, each looked up by itself in the open-key
+-- index (tickler_event_open_key, unique): a plan that no statistics can turn into a read of the
+-- queue's open events filtered by the key list (`item_key = ANY(keys)` may take
+-- tickler_event_open_schedule that way when the table grew since its last ANALYZE).
+CREATE OR REPLACE FUNCTION tickler_schedule_key_ids(p_queue text, p_keys text[]) RETURNS bigint[]
+LANGUAGE sql STABLE AS $$
+SELECT array_agg(o.id)
+FROM unnest(p_keys) AS k(key)
+CROSS JOIN LATERAL (
+    SELECT e.id FROM tickler_event AS e WHERE e.queue = p_queue AND e.item_key = k.key AND e.dequeued_on IS NULL
+    LIMIT 1  -- (one at most) keeps the subquery a probe per key, never merged into a join of the queue
+) AS o
+$$;
+
 -- The one path that writes events: tickler_schedule_events() inserts, replaces or debounces a set
 -- of events of one queue — one event or ten thousand, under every on_conflict, with or without
 -- groups and trace contexts — writes their timeline entries and keeps the wake-up handshake
@@ -55,10 +69,9 @@ CREATE OR REPLACE FUNCTION tickler_schedule_events(
 ) RETURNS TABLE (ord integer, item_key text, outcome text, id bigint, event tickler_event)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
--- Every statement reads the items by position (zipped unnest) or looks keys up with
--- `= ANY(keys)`: no statement joins two lists of items, whose sizes the planner cannot know (a
--- nested loop over two 10,000-item lists is quadratic). The statements that look many keys up run
--- through EXECUTE, planned for the keys at hand; those of one key are plain (cached plans).
+-- Every statement reads the items by position (zipped unnest) or looks keys up one by one
+-- (tickler_schedule_key_ids): no statement joins two lists of items, whose sizes the planner
+-- cannot know (a nested loop over two 10,000-item lists is quadratic).
 DECLARE
     v_now        timestamptz := coalesce(p_now, now());
     v_n          integer := coalesce(cardinality(a_key), 0);
@@ -125,8 +138,9 @@ BEGIN
                     FOR UPDATE OF e
                 ) AS c;
             ELSE
-                -- EXECUTE: a plan for these very keys (a cached generic plan may filter the
-                -- queue's rows by the key list instead of probing the index with it).
+                -- The keys' open events by tickler_schedule_key_ids() (one probe of the key's
+                -- index each), locked in the order of their ids.
+                s_ids := tickler_schedule_key_ids(p_queue, v_left);
                 EXECUTE $q$
                     SELECT array_agg(($3 ->> c.item_key)::integer), array_agg(c.id), array_agg(c.schedule_on),
                            array_agg(c.leased), array_agg(c.id) FILTER (WHERE c.expired), array_agg(c.e)
@@ -135,12 +149,12 @@ BEGIN
                                (e.lease_id IS NOT NULL AND e.lease_expires_on <= $4) AS expired,
                                CASE WHEN $5 THEN e END AS e
                         FROM tickler_event AS e
-                        WHERE e.queue = $1 AND e.item_key = ANY($2) AND e.dequeued_on IS NULL
+                        WHERE e.id = ANY($2) AND e.dequeued_on IS NULL
                         ORDER BY e.id
                         FOR UPDATE OF e
                     ) AS c
                 $q$ INTO s_pos, s_ids, s_previous, s_leased, s_expired, s_events
-                USING p_queue, v_left, v_position, v_now, p_with_events;
+                USING p_queue, s_ids, v_position, v_now, p_with_events;
             END IF;
             IF s_expired IS NOT NULL THEN
                 -- Leases whose time is up end first (their events stay locked by us); the next
@@ -289,11 +303,12 @@ BEGIN
                 FROM tickler_event AS e
                 WHERE e.queue = p_queue AND e.item_key = a_key[1] AND e.dequeued_on IS NULL;
             ELSE
+                s_ids := tickler_schedule_key_ids(p_queue, v_left);
                 EXECUTE $q$
-                    SELECT array_agg(($3 ->> e.item_key)::integer), array_agg(e.id), array_agg(CASE WHEN $4 THEN e END)
+                    SELECT array_agg(($2 ->> e.item_key)::integer), array_agg(e.id), array_agg(CASE WHEN $3 THEN e END)
                     FROM tickler_event AS e
-                    WHERE e.queue = $1 AND e.item_key = ANY($2) AND e.dequeued_on IS NULL
-                $q$ INTO s_pos, s_ids, s_events USING p_queue, v_left, v_position, p_with_events;
+                    WHERE e.id = ANY($1) AND e.dequeued_on IS NULL
+                $q$ INTO s_pos, s_ids, s_events USING s_ids, v_position, p_with_events;
             END IF;
             FOR i IN 1..coalesce(cardinality(s_pos), 0) LOOP
                 r_outcome[s_pos[i]] := 'conflict';
