@@ -30,7 +30,7 @@ import sqlalchemy as sa
 import structlog
 
 from tickler.config import Settings
-from tickler.scheduler.db import DATABASE_ERRORS, create_engine, resolve_database_url
+from tickler.scheduler.db import DATABASE_ERRORS, create_engine, driver_rows, resolve_database_url
 from tickler.scheduler.delivery import Deliverer
 from tickler.scheduler.delivery.handlers import EventHandler, GroupHandler, HandlerDeliverer, Handlers
 from tickler.scheduler.delivery.webhook import WebhookDeliverer
@@ -46,8 +46,7 @@ def _warn_without_autovacuum(engine: sa.Engine) -> None:
     """Without autovacuum, dead entries pile up in the claim indexes and every claim slows down
     (see migrations/0004_vacuum.sql): say so where operators look."""
     try:
-        with engine.connect() as conn:
-            setting = conn.execute(sa.text("SHOW autovacuum")).scalar()
+        [[setting]] = driver_rows(engine, "SHOW autovacuum", tuples=True, prepare=False)
     except DATABASE_ERRORS as error:
         # The database is away (restarting): the dispatcher's loops wait for it; starting must
         # not fail for a warning.

@@ -14,8 +14,6 @@ from tickler.scheduler.sql import driver_sql
 class EngineStore:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
-        # Single statements run without BEGIN / COMMIT round trips.
-        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def rows(self, name: str, params: Mapping[str, Any] | None = None, *, tuples: bool = False) -> list[Any]:
         """The rows of the named query (as dicts; `tuples`: as tuples), run alone (autocommit) on

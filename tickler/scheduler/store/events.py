@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from psycopg.types.json import Jsonb
 
-from tickler.scheduler.db import unavailable_reason
+from tickler.scheduler.db import driver_rows, unavailable_reason
 from tickler.scheduler.errors import Archived, InFlight, KeyConflict, NotFound, StaleVersion
 from tickler.scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEntry
 from tickler.scheduler.states import OnConflict, Scheduled
@@ -68,15 +68,15 @@ def _dumps_bytes(value: Any) -> bytes:
 
 def _items(events: Sequence[NewEvent], traces: Sequence[TraceContext | None] | None) -> dict[str, Any]:
     """The events as tickler_schedule_events() takes them: one typed array per field, aligned by
-    position (psycopg sends each list as one binary array). Numbers go as the type of their
-    column's array and times in UTC (a time without offset is local, as format_timestamp reads it)."""
+    position, but the data, one JSON array. Numbers go as the type of their column's array and
+    times in UTC (a time without offset is local, as format_timestamp reads it)."""
     traced = traces is not None and any(t is not None for t in traces)
     return {
         "item_key": [e.item_key for e in events],
         "group_key": [e.group_key for e in events],
         "schedule_on": [None if e.schedule_on is None else e.schedule_on.astimezone(UTC) for e in events],
         "delay_seconds": [None if e.delay_seconds is None else float(e.delay_seconds) for e in events],
-        "data": [None if e.data is None else Jsonb(e.data, _dumps_bytes) for e in events],
+        "data": Jsonb([e.data for e in events], _dumps_bytes),  # one JSON array (see queries.sql)
         "max_attempts": [None if e.max_attempts is None else int(e.max_attempts) for e in events],
         "priority": [None if e.priority is None else int(e.priority) for e in events],
         "fairness_key": [e.fairness_key for e in events],
@@ -219,8 +219,7 @@ class EventStore(EventOperations):
 
     def search(self, queue: str, where: search.SearchFilter, *, now: datetime | None = None) -> list[Event]:
         """A page of events in (schedule_on, id) order; see scheduler.store.search."""
-        with self.autocommit.connect() as conn:  # reads: no BEGIN / ROLLBACK
-            rows = conn.execute(search.build_query(queue, where, now)).mappings().all()
+        rows = driver_rows(self.engine, *search.statement(search.build_query(queue, where, now), self.engine.dialect))
         return [Event.from_row(row) for row in rows]
 
     # -- changing -------------------------------------------------------------------------------
