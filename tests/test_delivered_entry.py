@@ -13,9 +13,8 @@ import psycopg
 
 from tests.previous_ack import ack_before_0072
 from tickler.scheduler.models import NewEvent, Queue
-from tickler.scheduler.sql import queries
+from tickler.scheduler.sql import driver_sql, file_queries
 from tickler.scheduler.store import Store
-from tickler.scheduler.store.ui_reads import _queries as ui_queries
 
 
 def one(raw: psycopg.Connection[Any], sql: str, *params: Any) -> Any:
@@ -102,9 +101,8 @@ def test_each_delivery_counts_once_in_the_minute_rollup_whichever_row_is_its_ent
 
 def history_rows_read(raw: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> int:
     """Rows the named statement read from history (EXPLAIN ANALYZE: every scan of a history partition)."""
-    text = str({**queries(), **ui_queries()}[name])
-    for key in sorted(params, key=len, reverse=True):
-        text = text.replace(f":{key}", f"%({key})s")
+    ui_reads = file_queries("tickler.scheduler.store", "ui_reads.sql")
+    text = ui_reads[name] if name in ui_reads else driver_sql(name)
     [[result]] = raw.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {text}", params).fetchall()
     total = 0
 

@@ -11,8 +11,9 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
+from tickler.scheduler.db import driver_rows
 from tickler.scheduler.models import NewEvent, Queue
-from tickler.scheduler.sql import queries
+from tickler.scheduler.sql import driver_sql
 from tickler.scheduler.store import Store
 from tickler.scheduler.store.ui_reads import UIReads
 
@@ -49,15 +50,16 @@ def test_the_first_claimable_event_is_the_earliest_unleased_ungrouped_one_at_any
     schedule(store, other, "elsewhere", -300)
 
     assert first_claimable(engine, "emails") == at(-10)  # not the leased, grouped or other queue's
-    with engine.connect() as conn:
-        row = conn.execute(queries()["next_due"], {"queues": ["emails"]}).mappings().one()
-        assert row["next_on"] == at(-120)  # the grouped one: its group holds no lease
-        due = conn.execute(queries()["has_due_events"], {"queue": "emails", "now": NOW}).scalar()
-        assert due is True
-        before_any = conn.execute(queries()["has_due_events"], {"queue": "emails", "now": at(-11)}).scalar()
-        assert before_any is False
-        empty = conn.execute(queries()["has_due_events"], {"queue": "nothing-here", "now": NOW}).scalar()
-        assert empty is False
+    [row] = driver_rows(engine, driver_sql("next_due"), {"queues": ["emails"]})
+    assert row["next_on"] == at(-120)  # the grouped one: its group holds no lease
+
+    def has_due(queue: str, now: datetime) -> Any:
+        [[due]] = driver_rows(engine, driver_sql("has_due_events"), {"queue": queue, "now": now}, tuples=True)
+        return due
+
+    assert has_due("emails", NOW) is True
+    assert has_due("emails", at(-11)) is False
+    assert has_due("nothing-here", NOW) is False
 
 
 def test_the_first_claimable_event_is_found_by_probes_not_a_scan(

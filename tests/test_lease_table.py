@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from tickler.scheduler.models import NewEvent, Queue
-from tickler.scheduler.sql import queries
+from tickler.scheduler.sql import driver_sql
 from tickler.scheduler.store import Store
 
 
@@ -81,9 +81,7 @@ def test_a_claim_is_a_hot_update(store: Store, make_queue: Callable[..., Queue],
     gets its row and one entry in the lease table's primary key."""
     queue = make_queue("emails")
     store.events.schedule_batch(queue, [NewEvent(item_key=f"k{i}", data={}) for i in range(300)], actor="app")
-    claim = str(queries()["claim_events"].compile(compile_kwargs={"render_postcompile": True}))
-    for name in ("lease_seconds", "worker", "queue", "limit", "flow", "now"):
-        claim = claim.replace(f":{name}", f"%({name})s")
+    claim = driver_sql("claim_events")
     raw.execute("BEGIN")
     try:
         claimed = raw.execute(

@@ -11,28 +11,21 @@ from typing import Any
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 
 from tests import pg
 from tickler.config import Settings
 from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent
-from tickler.scheduler.sql import queries
+from tickler.scheduler.sql import driver_sql, file_queries
 from tickler.scheduler.store import QueueSettings, Store
-from tickler.scheduler.store.dashboard import _queries as dashboard_queries
 
 
-def plan(
-    raw: psycopg.Connection[Any], name: str, params: dict[str, Any], source: dict[str, sa.TextClause] | None = None
-) -> str:
-    """EXPLAIN (FORMAT JSON) of a named query (of the engine's SQL files unless `source` is
-    given), with its :params bound as the store binds them (server-side), as text."""
-    text = str((source or queries())[name].compile(compile_kwargs={"render_postcompile": True}))
-    converted = text
-    for key in sorted(params, key=len, reverse=True):
-        converted = converted.replace(f":{key}", f"%({key})s")
-    rows = raw.execute(f"EXPLAIN (FORMAT JSON) {converted}", params).fetchone()
+def plan(raw: psycopg.Connection[Any], name: str, params: dict[str, Any], source: dict[str, str] | None = None) -> str:
+    """EXPLAIN (FORMAT JSON) of a named query (driver_sql, or of `source`: a file's file_queries),
+    with its params bound as the store binds them (server-side), as text."""
+    text = source[name] if source is not None else driver_sql(name)
+    rows = raw.execute(f"EXPLAIN (FORMAT JSON) {text}", params).fetchone()
     assert rows is not None
     return json.dumps(rows[0])
 
@@ -227,7 +220,9 @@ def test_due_counts_read_only_the_due_range_of_a_large_future_backlog(
     plans = {
         "queue_live_counts": plan(raw, "queue_live_counts", {"queue": "emails", "now": None}),
         "queue_gauges": plan(raw, "queue_gauges", {"names": None, "now": None}),
-        "overview": plan(raw, "overview", {"names": None, "now": None}, dashboard_queries()),
+        "overview": plan(
+            raw, "overview", {"names": None, "now": None}, file_queries("tickler.scheduler.store", "dashboard.sql")
+        ),
     }
     for name, text in plans.items():
         scans = scans_of_events(text)
@@ -294,9 +289,7 @@ def test_the_fair_claim_without_a_cap_probes_keys_on_its_indexes(
     statement = plan(raw, "claim_events_round_robin", params)
     assert not scanned(statement), statement
     # The pick is PL/pgSQL: what it read is in this transaction's statistics.
-    text = str(queries()["claim_events_round_robin"].compile(compile_kwargs={"render_postcompile": True}))
-    for key in sorted(params, key=len, reverse=True):
-        text = text.replace(f":{key}", f"%({key})s")
+    text = driver_sql("claim_events_round_robin")
     raw.execute("BEGIN")
     try:
         before = raw.execute(

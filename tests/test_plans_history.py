@@ -13,7 +13,7 @@ import pytest
 from tests.test_plans import fresh_install, plan, populated, scanned  # noqa: F401 (fixture)
 from tickler.config import Settings
 from tickler.scheduler.models import NewEvent
-from tickler.scheduler.sql import queries
+from tickler.scheduler.sql import driver_sql
 from tickler.scheduler.store import QueueSettings, Store
 from tickler.scheduler.store.operations import EventOperations
 
@@ -40,17 +40,10 @@ SELECT queue, item_key, id, dequeued_on, outcome, 'w', schedule_on, '{}' FROM mo
 """
 
 
-def statement(name: str, params: dict[str, Any]) -> str:
-    text = str(queries()[name].compile(compile_kwargs={"render_postcompile": True}))
-    for key in sorted(params, key=len, reverse=True):
-        text = text.replace(f":{key}", f"%({key})s")
-    return text
-
-
 def buffers(raw: psycopg.Connection[Any], name: str, params: dict[str, Any], tables: set[str]) -> int:
     """Shared buffers the statement's reads of these tables touch when it runs (EXPLAIN ANALYZE,
     BUFFERS): a count that the box's load does not move."""
-    [[result]] = raw.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement(name, params)}", params).fetchall()
+    [[result]] = raw.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {driver_sql(name)}", params).fetchall()
     total = 0
 
     def walk(node: Any) -> None:

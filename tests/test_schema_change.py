@@ -22,7 +22,7 @@ from tickler.config import Settings
 from tickler.scheduler.db import create_engine, driver_rows, libpq_url, unavailable_reason
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent
-from tickler.scheduler.sql import q
+from tickler.scheduler.sql import driver_sql
 from tickler.scheduler.store import QueueSettings, Store
 
 ADD_A_COLUMN = (
@@ -89,7 +89,7 @@ def test_any_other_statement_prepared_before_a_column_was_added_is_try_again_onc
     def open_event() -> Any:
         # A statement returning whole event rows, run through SQLAlchemy on its own (autocommit).
         with store.engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
-            return conn.execute(q("get_open_event"), params).mappings().one()
+            return conn.exec_driver_sql(driver_sql("get_open_event"), params).mappings().one()
 
     for _ in range(8):  # psycopg prepares a statement from its sixth run on
         assert open_event()["item_key"] == "k"

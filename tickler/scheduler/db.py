@@ -2,10 +2,9 @@
 the engine whose pool holds its connections; and the one translation of the driver's errors.
 
 A named query runs one way (sql.run on a psycopg connection): alone with driver_rows, or in a
-transaction of driver_connection, on a connection of the engine's pool. SQLAlchemy is the pool
-(and the disconnect and stale-statement handling around it); statements that still run as q()
-through SQLAlchemy connections of the same pool (the event and lease stores') have their errors
-translated by SQLAlchemy itself."""
+transaction of driver_connection, on a connection of the engine's pool; so does a query built with
+SQLAlchemy Core (store/search.py's statement() gives its text and parameters). SQLAlchemy is the
+pool (and the disconnect and stale-statement handling around it), not the way statements run."""
 
 from __future__ import annotations
 
@@ -174,7 +173,8 @@ def driver_error(
     """A driver error as SQLAlchemy's (OperationalError, IntegrityError, ...), as any statement
     run through SQLAlchemy raises it: what the API's error handlers and unavailable_reason read.
     The one translation of the driver's errors: every statement runs on a connection of the
-    engine's pool, through SQLAlchemy (which translates its own) or through driver_connection."""
+    engine's pool through driver_connection (a statement run through SQLAlchemy itself has its
+    errors translated by SQLAlchemy)."""
     return sa.exc.DBAPIError.instance(
         statement, None if params is None else dict(params), error, psycopg.Error, connection_invalidated=invalidated
     )

@@ -11,10 +11,9 @@ A query runs on a psycopg connection with `run(conn, driver_sql(name), params)`:
 as dicts or tuples (`rowcount`: the number of rows it changed). The connection is a pooled one of
 the store's engine (db.driver_rows and db.driver_connection, which also translate the driver's
 errors as SQLAlchemy's for the API), the command line's own (plain.py) or a pipeline job's. The
-SQL files of a folder (the dashboard's, in store/) are read by `file_queries`. Neither this module
-nor plain.py imports SQLAlchemy: a short command starts without it. `q(name)`, the query as a
-SQLAlchemy `text()` statement, is for the statements that still run through a SQLAlchemy
-connection (the event and lease stores', see db.py)."""
+SQL files of a folder (the dashboard's, in store/) are read by `file_queries`. A query is written
+with `:name` parameters, read as SQLAlchemy's text() reads them (pyformat), but runs on the driver
+only. Neither this module nor plain.py imports SQLAlchemy: a short command starts without it."""
 
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ from psycopg.rows import dict_row, tuple_row
 
 if TYPE_CHECKING:
     import psycopg
-    import sqlalchemy as sa
 
 _NAME = re.compile(r"^-- name: ([a-z_]+)\s*$")
 _FRAGMENT = re.compile(r"^-- fragment: ([a-z_]+)\s*$")
@@ -84,19 +82,6 @@ def sources() -> dict[str, str]:
                 raise ValueError(f"query {name!r} is defined twice ({entry.name})")
             found[name] = sql
     return found
-
-
-@cache
-def queries() -> dict[str, sa.TextClause]:
-    # SQLAlchemy is imported here, not with the module: plain.py reads the same sources without it.
-    import sqlalchemy as sa
-
-    return {name: sa.text(sql) for name, sql in sources().items()}
-
-
-def q(name: str) -> sa.TextClause:
-    """The named query `name` (KeyError names the missing query)."""
-    return queries()[name]
 
 
 # SQLAlchemy's text() reads a bind parameter as a colon and a name, not after another colon or a

@@ -8,15 +8,11 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
-from importlib import resources
 from typing import Any
-
-import sqlalchemy as sa
 
 from tickler.scheduler.db import driver_connection, driver_rows
 from tickler.scheduler.models import Principal
-from tickler.scheduler.sql import file_queries, parse_queries, run
+from tickler.scheduler.sql import file_queries, run
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.tokens import hash_token
 
@@ -24,14 +20,6 @@ from tickler.scheduler.store.tokens import hash_token
 def _sql(name: str) -> str:
     """A query of dashboard.sql in psycopg's placeholders, for sql.run."""
     return file_queries("tickler.scheduler.store", "dashboard.sql")[name]
-
-
-@cache
-def _queries() -> dict[str, sa.TextClause]:
-    """dashboard.sql's queries as SQLAlchemy text() statements, for reading their plans (the
-    store runs _sql)."""
-    source = resources.files("tickler.scheduler.store").joinpath("dashboard.sql").read_text(encoding="utf-8")
-    return {name: sa.text(sql) for name, sql in parse_queries(source).items()}
 
 
 @dataclass(frozen=True)

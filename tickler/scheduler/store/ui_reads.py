@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import sqlalchemy as sa
 
 from tickler.scheduler.db import driver_rows
 from tickler.scheduler.models import Event, TimelineEntry
-from tickler.scheduler.sql import file_queries, parse_queries
+from tickler.scheduler.sql import file_queries
 from tickler.scheduler.states import OPEN_STATUSES, OUTCOMES
 from tickler.scheduler.store import search
 from tickler.scheduler.store.base import EngineStore
@@ -27,14 +25,6 @@ from tickler.scheduler.store.base import EngineStore
 def _sql(name: str) -> str:
     """A query of ui_reads.sql in psycopg's placeholders, for sql.run."""
     return file_queries("tickler.scheduler.store", "ui_reads.sql")[name]
-
-
-@cache
-def _queries() -> dict[str, sa.TextClause]:
-    """ui_reads.sql's queries as SQLAlchemy text() statements, for reading their plans (the store
-    runs _sql)."""
-    source = resources.files("tickler.scheduler.store").joinpath("ui_reads.sql").read_text(encoding="utf-8")
-    return {name: sa.text(sql) for name, sql in parse_queries(source).items()}
 
 
 @dataclass(frozen=True)
