@@ -59,10 +59,10 @@ def schedule_as_earlier_releases(monkeypatch: pytest.MonkeyPatch) -> None:
             "fairness_key",
         )
         events = []
-        for n, values in enumerate(zip(*(params[name] for name in fields), strict=True)):
+        columns = {**params, "data": params["data"].obj}  # one JSON array of the data
+        for n, values in enumerate(zip(*(columns[name] for name in fields), strict=True)):
             item = dict(zip(fields, values, strict=True), ord=n)
             item["schedule_on"] = format_timestamp(item["schedule_on"])
-            item["data"] = None if item["data"] is None else item["data"].obj
             events.append(item)
         args = {name: params[name] for name in ("queue", "actor", "on_conflict", "now", "debounce_max_seconds")}
         return real(engine, statements[statement], {**args, "events": json.dumps(events)}, tuples=tuples)

@@ -17,11 +17,16 @@
 -- fragment: schedule_items
 -- tickler_schedule_events() (scheduler/database/writing.sql: the one path that writes events, their
 -- timeline, trace contexts and the wake-up handshake) over the call's events, one typed array per
--- field (EventStore sends Python lists: binary arrays); with_events: answer with the rows too.
+-- field (EventStore sends Python lists), but the data: one JSON array (one text to write and to
+-- parse, where an array of jsonb is a quoted text per item), split here; with_events: answer with
+-- the rows too.
 tickler_schedule_events(
     :queue, :actor, :on_conflict, CAST(:now AS timestamptz), CAST(:debounce_max_seconds AS double precision),
     :with_events, CAST(:item_key AS text[]), CAST(:group_key AS text[]), CAST(:schedule_on AS timestamptz[]),
-    CAST(:delay_seconds AS double precision[]), CAST(:data AS jsonb[]), CAST(:max_attempts AS integer[]),
+    CAST(:delay_seconds AS double precision[]),
+    ARRAY(SELECT nullif(d.value, 'null') FROM jsonb_array_elements(CAST(:data AS jsonb)) WITH ORDINALITY AS d
+          ORDER BY d.ordinality),
+    CAST(:max_attempts AS integer[]),
     CAST(:priority AS smallint[]), CAST(:fairness_key AS text[]), CAST(:traceparent AS text[]),
     CAST(:tracestate AS text[]))
 

@@ -216,7 +216,7 @@ BEGIN
                                     $18::integer[])
                              AS t(id, group_key, data, asked, max_attempts, previous, priority, fairness_key,
                                   traceparent, tracestate, pos)
-                        WHERE e.id = t.id
+                        WHERE e.id = t.id AND e.id = ANY($4::bigint[])  -- primary-key lookups, whatever the join
                         RETURNING e.id, e.queue, e.item_key, e.group_key, e.schedule_on, e.max_attempts, t.previous,
                                   e.priority, e.fairness_key, t.pos, CASE WHEN $17 THEN e END AS ev
                     ),
