@@ -195,8 +195,8 @@ class Source:
         return self._conn
 
     def rows(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        """Run a named query in the snapshot."""
-        return self.conn.execute(db.q(name), params or {}).fetchall()
+        """Run a named query in the snapshot (db.rows), its rows as tuples."""
+        return db.rows(self.conn, name, params, tuples=True)
 
     # -- relations --------------------------------------------------------------------------------
 
