@@ -97,8 +97,10 @@ def previous_nack(engine: sa.Engine, lease_id: str, *, error: str, now: datetime
         assert conn.execute(PREVIOUS_CLAIMS["fail_lease"], {**params, "trace_id": None}).all()
 
 
-def previous_cancel(engine: sa.Engine, queue: str, item_key: str, *, actor: str, now: datetime) -> None:
-    """The previous release's cancel of an open, unleased event (before tickler_timeline_write, 0061)."""
+def previous_cancel(engine: sa.Engine, queue: str, item_key: str, *, actor: str, now: datetime | None = None) -> None:
+    """An earlier release's cancel of an open, unleased event (its own timeline insert): this
+    release's cancel is tickler_cancel_event(), a code file's function that an earlier release's
+    database does not have until it is migrated."""
     with engine.begin() as conn:
         event_id = conn.execute(
             sa.text(
@@ -546,7 +548,7 @@ def test_upgrade_to_one_trigger_per_operation_keeps_counters_leases_and_history(
             ack_before_0072(engine, [leases[0].lease_id])
             store.leases.nack(leases[1].lease_id, error="stop", dead=True)
             store.leases.nack(leases[2].lease_id, error="later")
-            store.events.cancel("emails", "later0", actor="app")
+            previous_cancel(engine, "emails", "later0", actor="app")
 
             def state() -> dict[str, Any]:
                 return {
@@ -657,7 +659,7 @@ def test_upgrade_to_parts_by_retention_keeps_every_row_and_each_queues_retention
             [dying] = store.leases.claim(brief, worker="w", limit=1)
             store.leases.nack(dying.lease_id, error="boom", dead=True)
             store.events.schedule(brief, NewEvent(item_key="cancelled", data={}, delay_seconds=60), actor="app")
-            store.events.cancel("brief", "cancelled", actor="app")
+            previous_cancel(engine, "brief", "cancelled", actor="app")
             keys = [("keeps", k) for k in ("keeps-before", "flying", "open", "g1", "g2")] + [
                 ("brief", k) for k in ("brief-before", "dead", "cancelled")
             ]
