@@ -430,3 +430,47 @@ def test_a_large_grouped_batch_answers_every_item_in_order(
     assert dict(state(raw, queue.name)["counts"]) == {"open": 2_500}
     (entries,) = raw.execute("SELECT count(*) FROM tickler_timeline WHERE queue = %s", [queue.name]).fetchone() or [0]
     assert entries == 2_500 + 1_250 + 834
+
+
+def test_one_replace_or_debounce_changes_its_event_in_one_statement(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], statements: list[str]
+) -> None:
+    queue = make_queue("schedule_one_change", max_attempts=4)
+    first, _ = store.events.schedule(queue, NewEvent("a", {"n": 1}, priority=3), actor="app", now=T0)
+    replaced, result = store.events.schedule(
+        queue,
+        NewEvent("a", {"n": 2}, delay_seconds=30, group_key="g1"),
+        actor="app",
+        on_conflict="replace",
+        now=T0 + timedelta(seconds=10),
+        trace=TraceContext(TRACE, "k=v"),
+    )
+    assert result == "replaced" and replaced.id == first.id and replaced.version == 2
+    assert (replaced.data, replaced.group_key, replaced.priority, replaced.max_attempts) == ({"n": 2}, "g1", 0, 4)
+    assert replaced.schedule_on == T0 + timedelta(seconds=40)
+    debounced, result = store.events.schedule(
+        queue,
+        NewEvent("a", {"n": 3}, delay_seconds=600),
+        actor="app",
+        on_conflict="debounce",
+        now=T0 + timedelta(seconds=20),
+        debounce_max_seconds=300,
+    )
+    assert result == "debounced" and debounced.id == first.id and debounced.version == 3
+    assert debounced.schedule_on == T0 + timedelta(seconds=300)  # never later than enqueued_on + the max
+    assert (debounced.data, debounced.group_key) == ({"n": 3}, None)
+    # a key with its open event inserts nothing: the next event takes the next id
+    created, _ = store.events.schedule(queue, NewEvent("b", {}), actor="app", now=T0)
+    assert created.id == first.id + 1
+    traced = raw.execute("SELECT traceparent, tracestate FROM tickler_event WHERE id = %s", [first.id]).fetchone()
+    assert traced == (TRACE, "k=v")
+    written = state(raw, queue.name)
+    assert [(key, action) for key, _, action, _, _ in written["timeline"]] == [
+        ("a", "enqueued"),
+        ("a", "replaced"),
+        ("a", "debounced"),
+        ("b", "enqueued"),
+    ]
+    assert written["timeline"][2][4]["previous_schedule_on"] == "2030-01-01T09:00:40Z"
+    assert dict(written["counts"]) == {"open": 2}
+    assert statements == ["schedule_events"] * 4

@@ -83,6 +83,7 @@ DECLARE
     v_round      integer := 0;
     v_position   jsonb;        -- item_key -> position (more than one item)
     v_left       text[];       -- keys not settled yet
+    s_keys       text[];       -- the keys inserted, in the order of their rows
     r_outcome text[];  r_id bigint[];  r_event tickler_event[];  -- results, by position
     s_pos integer[];  s_ids bigint[];  s_earliest timestamptz;  s_previous timestamptz[];  s_leased boolean[];
     s_expired bigint[];  s_events tickler_event[];
@@ -105,7 +106,7 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    IF v_n > 1 THEN
+    IF v_n > 1 AND v_changing THEN
         SELECT jsonb_object_agg(k.key, k.n) INTO v_position FROM unnest(a_key) WITH ORDINALITY AS k(key, n);
     END IF;
     r_outcome := array_fill(NULL::text, ARRAY[v_n]);
@@ -187,7 +188,53 @@ BEGIN
                 END IF;
             END LOOP;
 
-            IF cardinality(u_ids) > 0 THEN
+            IF cardinality(u_ids) = 1 THEN
+                -- One event: the same statement, static (its plan kept), by its primary key.
+                WITH changed AS (
+                    UPDATE tickler_event AS e
+                    SET group_key = t.group_key,
+                        data = t.data,
+                        schedule_on = CASE
+                            WHEN p_on_conflict = 'debounce' AND p_debounce_max_seconds IS NOT NULL
+                            THEN least(t.asked, e.enqueued_on + make_interval(secs => p_debounce_max_seconds))
+                            ELSE t.asked END,
+                        max_attempts = CASE
+                            WHEN p_on_conflict = 'replace' THEN coalesce(t.max_attempts, v_attempts)
+                            ELSE coalesce(t.max_attempts, e.max_attempts) END,
+                        -- replace: what the request says, or the default; debounce: what it says, or kept
+                        priority = CASE
+                            WHEN p_on_conflict = 'replace' THEN coalesce(t.priority, 0)
+                            ELSE coalesce(t.priority, e.priority) END,
+                        fairness_key = CASE
+                            WHEN p_on_conflict = 'replace' THEN coalesce(t.fairness_key, '')
+                            ELSE coalesce(t.fairness_key, e.fairness_key) END,
+                        -- a trace context given is kept; none given leaves the event's
+                        traceparent = coalesce(t.traceparent, e.traceparent),
+                        tracestate = CASE WHEN t.traceparent IS NOT NULL THEN t.tracestate ELSE e.tracestate END,
+                        version = e.version + 1
+                    FROM unnest(u_ids, u_group, u_data, u_when, u_attempts,
+                                u_previous, u_priority, u_fairness, u_parent, u_state,
+                                u_pos)
+                         AS t(id, group_key, data, asked, max_attempts, previous, priority, fairness_key,
+                              traceparent, tracestate, pos)
+                    WHERE e.id = u_ids[1] AND e.id = t.id
+                    RETURNING e.id, e.queue, e.item_key, e.group_key, e.schedule_on, e.max_attempts, t.previous,
+                              e.priority, e.fairness_key, t.pos, CASE WHEN p_with_events THEN e END AS ev
+                ),
+                logged AS (
+                    SELECT tickler_timeline_write(array_agg(ROW(
+                               c.queue, c.item_key, c.id, v_now, v_written, p_actor, c.schedule_on,
+                               jsonb_strip_nulls(jsonb_build_object(
+                                   'group_key', c.group_key, 'max_attempts', c.max_attempts,
+                                   'priority', nullif(c.priority, 0), 'fairness_key', nullif(c.fairness_key, ''),
+                                   'previous_schedule_on',
+                                   CASE WHEN p_on_conflict = 'debounce' THEN tickler_rfc3339(c.previous) END))
+                           )::tickler_timeline_row)) AS written
+                    FROM changed AS c
+                )
+                SELECT min(c.schedule_on), array_agg(c.pos), array_agg(c.ev) INTO s_earliest, s_pos, s_events
+                FROM changed AS c CROSS JOIN logged AS l;
+            ELSIF cardinality(u_ids) > 1 THEN
                 EXECUTE $q$
                     WITH changed AS (
                         UPDATE tickler_event AS e
@@ -237,12 +284,17 @@ BEGIN
                 USING p_on_conflict, p_debounce_max_seconds, v_attempts, u_ids, u_group, u_data, u_when, u_attempts,
                       u_previous, v_now, v_written, p_actor, u_priority, u_fairness, u_parent, u_state, p_with_events,
                       u_pos;
+            END IF;
+            IF cardinality(u_ids) > 0 THEN
                 v_earliest := least(v_earliest, s_earliest);
                 IF p_with_events THEN
                     FOR i IN 1..cardinality(s_pos) LOOP
                         r_event[s_pos[i]] := s_events[i];
                     END LOOP;
                 END IF;
+            END IF;
+            IF array_position(r_outcome, NULL) IS NULL THEN
+                EXIT;  -- every key had its open event: nothing to insert
             END IF;
         END IF;
 
@@ -275,10 +327,27 @@ BEGIN
                    )::tickler_timeline_row ORDER BY n.id)) AS written
             FROM inserted AS n
         )
-        SELECT array_agg(CASE WHEN v_n = 1 THEN 1 ELSE (v_position ->> n.item_key)::integer END), array_agg(n.id),
-               min(n.schedule_on), array_agg(n.ev)
-        INTO s_pos, s_ids, s_earliest, s_events
+        SELECT array_agg(n.item_key), array_agg(n.id), min(n.schedule_on), array_agg(n.ev)
+        INTO s_keys, s_ids, s_earliest, s_events
         FROM inserted AS n CROSS JOIN logged AS l;
+        IF v_round = 1 AND s_keys = a_key THEN
+            -- Every key was free (the first round inserts every item, in the order given): the
+            -- items' results are the rows inserted, position by position.
+            r_outcome := array_fill('created'::text, ARRAY[v_n]);
+            r_id := s_ids;
+            r_event := s_events;
+            v_earliest := s_earliest;
+            EXIT;
+        END IF;
+        IF v_n = 1 THEN
+            s_pos := CASE WHEN s_keys IS NOT NULL THEN ARRAY[1] END;
+        ELSE
+            IF v_position IS NULL THEN
+                SELECT jsonb_object_agg(k.key, k.n) INTO v_position FROM unnest(a_key) WITH ORDINALITY AS k(key, n);
+            END IF;
+            SELECT array_agg((v_position ->> k.key)::integer ORDER BY k.n) INTO s_pos
+            FROM unnest(s_keys) WITH ORDINALITY AS k(key, n);
+        END IF;
         FOR i IN 1..coalesce(cardinality(s_pos), 0) LOOP
             r_outcome[s_pos[i]] := 'created';
             r_id[s_pos[i]] := s_ids[i];
