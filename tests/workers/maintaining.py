@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 import psycopg
+import sqlalchemy as sa
 
 from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.store import Store
@@ -39,8 +40,22 @@ def main(url: str, queue: str, batch: int) -> None:
         while True:
             params = {"queue": queue, "first": round_ * batch, "batch": batch, "day": FIRST_DAY + round_}
             conn.execute(WRITE_BATCH, params)
-            store.history.maintain(days_ahead=1)
+            while not maintained(store):
+                pass
             round_ += 1
+
+
+def maintained(store: Store) -> bool:
+    """One maintenance pass; False when it gave up waiting for a lock, as the dispatcher's pass
+    gives up and runs again later (the backend of a killed process holds its locks until the
+    server notices it is gone)."""
+    try:
+        store.history.maintain(days_ahead=1)
+    except sa.exc.OperationalError as error:
+        if not isinstance(error.orig, psycopg.errors.LockNotAvailable):
+            raise
+        return False
+    return True
 
 
 if __name__ == "__main__":
