@@ -114,6 +114,33 @@ def test_concurrent_fair_claimers_never_take_an_event_twice_and_each_claim_is_ro
         assert len(claim) == batch and len(set(keys_of(claim))) == batch, claims[:12]
 
 
+def test_a_claim_that_finds_other_claims_holding_keys_still_hands_out_round_robin(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], database_url: str
+) -> None:
+    """Another claim holds (locks, not yet leased) every event of keys b..h: the first stretch of
+    eight keys gives only a's events, a takes what they leave, and the next stretch serves i..l.
+    The claim still hands out round 1 of every key it served before any key's round 2."""
+    queue = make_queue("emails", fair_share=True)
+    now = db_now(raw)
+    store.events.schedule_batch(
+        queue,
+        [
+            NewEvent(f"{k}-{i}", {}, fairness_key=k, schedule_on=now - timedelta(seconds=4 - i))
+            for k in "abcdefgh"
+            for i in range(4)
+        ]
+        + [NewEvent(f"{k}-0", {}, fairness_key=k, schedule_on=now) for k in "ijkl"],
+        actor="test",
+    )
+    with psycopg.connect(libpq_url(database_url)) as holder:
+        holder.execute(
+            "SELECT id FROM tickler_event WHERE queue = 'emails' AND fairness_key BETWEEN 'b' AND 'h' FOR UPDATE"
+        )
+        claimed = claimed_keys(store.leases.claim(queue, worker="w", limit=8, now=now))
+        holder.rollback()
+    assert claimed == ["a-0", "i-0", "j-0", "k-0", "l-0", "a-1", "a-2", "a-3"]
+
+
 def test_one_key_holding_most_due_events_fills_the_batch_after_one_round(
     store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
 ) -> None:

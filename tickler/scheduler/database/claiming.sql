@@ -226,7 +226,10 @@ DECLARE
     v_quota    integer;
     v_ids      bigint[];
     v_pos      integer[];             -- the position (in v_keys) of each id
+    v_id_keys  text[];               -- the fairness key of each id
     v_taken    bigint[] := '{}';
+    v_taken_keys text[] := '{}';     -- the fairness key of each taken id
+    v_level_at integer;              -- where this level's ids start in v_taken
     v_left     integer := p_limit;
 BEGIN
     IF p_limit IS NULL OR p_limit <= 0 THEN
@@ -239,6 +242,7 @@ BEGIN
     WHILE v_level IS NOT NULL AND v_left > 0 LOOP
         v_start := v_after; v_from := v_after; v_wrapped := v_after IS NULL;
         v_done := false; v_budget := false; v_looked := 0; v_seen := NULL; v_served := NULL;
+        v_level_at := cardinality(v_taken) + 1;
         LOOP  -- walk a stretch of keys (as many with due events as the batch has room), serve it
             v_keys := '{}'; v_rooms := '{}';
             LOOP
@@ -295,10 +299,11 @@ BEGIN
             -- the keys that gave their whole share may have more, and share what is then left.
             WHILE cardinality(v_keys) > 0 AND v_left > 0 LOOP
                 v_quota := ceil(v_left::numeric / cardinality(v_keys))::integer;
-                SELECT array_agg(x.id ORDER BY x.round, x.pos), array_agg(x.pos::integer ORDER BY x.round, x.pos)
-                INTO v_ids, v_pos
+                SELECT array_agg(x.id ORDER BY x.round, x.pos), array_agg(x.pos::integer ORDER BY x.round, x.pos),
+                       array_agg(x.key ORDER BY x.round, x.pos)
+                INTO v_ids, v_pos, v_id_keys
                 FROM (
-                    SELECT c.id, k.pos, row_number() OVER (PARTITION BY k.pos ORDER BY c.schedule_on, c.id) AS round
+                    SELECT c.id, k.pos, k.key, row_number() OVER (PARTITION BY k.pos ORDER BY c.schedule_on, c.id) AS round
                     FROM unnest(v_keys, v_rooms) WITH ORDINALITY AS k (key, room, pos)
                     CROSS JOIN LATERAL (
                         SELECT e.id, e.schedule_on FROM tickler_fair_claimable AS e
@@ -314,6 +319,7 @@ BEGIN
                 ) AS x;
                 EXIT WHEN v_ids IS NULL;
                 v_taken := v_taken || v_ids;
+                v_taken_keys := v_taken_keys || v_id_keys;
                 v_left := v_left - cardinality(v_ids);
                 v_served := v_keys[v_pos[cardinality(v_pos)]];
                 EXIT WHEN v_left <= 0;
@@ -326,6 +332,21 @@ BEGIN
             END LOOP;
             EXIT WHEN v_done OR v_left <= 0;
         END LOOP;
+        -- The level's hand-out order, round robin over all its passes and stretches: a pass or a
+        -- stretch that found fewer keys than it wanted (another claim held their events) gave some
+        -- keys more than one event, so round r of a key may come after round r + 1 of another.
+        -- Round r of every key it served comes before round r + 1, each key in the order first served.
+        IF cardinality(v_taken) >= v_level_at THEN
+            SELECT v_taken[1:v_level_at - 1] || array_agg(t.id ORDER BY t.round, t.first, t.at),
+                   v_taken_keys[1:v_level_at - 1] || array_agg(t.key ORDER BY t.round, t.first, t.at)
+            INTO v_taken, v_taken_keys
+            FROM (
+                SELECT u.id, u.key, u.at,
+                       row_number() OVER (PARTITION BY u.key ORDER BY u.at) AS round,
+                       min(u.at) OVER (PARTITION BY u.key) AS first
+                FROM unnest(v_taken[v_level_at:], v_taken_keys[v_level_at:]) WITH ORDINALITY AS u (id, key, at)
+            ) AS t;
+        END IF;
         -- the next claim goes on after the last key served, or (when the look budget ran out)
         -- after the last key looked at
         IF v_budget AND v_seen IS NOT NULL THEN
