@@ -17,7 +17,6 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from tickler.api import auth, context, docs, events, leases, operations, ops, queues, schedules, tokens, ui
 from tickler.api.jsonio import StrictJSONProvider
-from tickler.api.lean import LeanSchedule
 from tickler.api.metrics import HTTP_DURATION, HTTP_REQUESTS
 from tickler.api.openapi import build_spec
 from tickler.api.problems import Refusals, register_error_handlers
@@ -43,11 +42,8 @@ def tickler_version() -> str:
         return "0.0.0"
 
 
-def create_app(settings: Settings | None = None, *, configure_logs: bool = True, lean_schedule: bool = True) -> Flask:
-    """Build the API. Engine and pool are made here, so each gunicorn worker gets its own.
-
-    `lean_schedule`: the common single-event schedule is answered without Flask's request cycle
-    (api/lean.py; the same responses). False: every request goes through Flask."""
+def create_app(settings: Settings | None = None, *, configure_logs: bool = True) -> Flask:
+    """Build the API. Engine and pool are made here, so each gunicorn worker gets its own."""
     settings = settings or Settings.from_env()
     if configure_logs:
         configure_logging(settings.log_level, settings.log_format)
@@ -97,10 +93,6 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True,
     register_error_handlers(app, event_json)
     app.before_request(_start_request)
     app.after_request(_finish_request)
-    lean_route = LeanSchedule(app, app.wsgi_app, new_request_id=_new_request_id)
-    lean_route.enabled = lean_schedule
-    app.extensions["tickler.lean"] = lean_route
-    app.wsgi_app = lean_route  # type: ignore[method-assign]
     return app
 
 
