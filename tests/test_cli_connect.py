@@ -125,3 +125,20 @@ def test_queues_create_takes_the_apis_settings_and_refuses_what_it_refuses(datab
     assert any(line.startswith("  max_attempts: ") for line in bad.stderr.splitlines()), bad.stderr
     listed = _run("queues", "list", "--json", TICKLER_DATABASE_URL=database_url)
     assert sorted(q["name"] for q in json.loads(listed.stdout)["queues"]) == ["emails", "hooks"]  # nothing half-made
+
+
+# An install without the `embedded` extra (the image, the units): pgserver cannot be imported.
+WITHOUT_PGSERVER = "import sys; sys.modules['pgserver'] = None; from tickler.cli import main; sys.exit(main())"
+
+
+def test_serve_without_a_url_nor_the_embedded_extra_says_what_to_do(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKLER_")}
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PGSERVER, "serve", "--port", "0", "--web-processes", "1"],
+        env=env | {"TICKLER_DATA_DIR": str(tmp_path / "data"), "TICKLER_LOG_FORMAT": "json", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    line = _one_line(result)
+    assert "TICKLER_DATABASE_URL" in line and "embedded" in line and "[embedded]" in line, line

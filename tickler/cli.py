@@ -166,7 +166,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
 
 PIPELINE_NEEDS = (
     "tickler pipeline: PySpark is not installed; run `make install` in the clone "
-    "(or `pip install 'tickler[pipeline]'`), and have Java 17 or later"
+    "(or install tickler's wheel with its extra: `pip install 'tickler-VERSION-py3-none-any.whl[pipeline]'`, "
+    "from `make dist`), and have Java 17 or later"
 )
 
 

@@ -32,6 +32,14 @@ class NoDatabase(Exception):
     """A command would reach a database that does not exist yet (see existing_database_url)."""
 
 
+# A production install leaves the embedded PostgreSQL out (pyproject's `embedded` extra).
+NO_EMBEDDED = (
+    "TICKLER_DATABASE_URL is not set and the embedded PostgreSQL is not installed: set TICKLER_DATABASE_URL "
+    "to your PostgreSQL, or install tickler with its `embedded` extra (pip install 'tickler-VERSION.whl[embedded]'; "
+    "`make install` in a clone)"
+)
+
+
 def libpq_url(url: str) -> str:
     """The same URL as libpq (and so plain psycopg) spells it: `postgresql://`, the rest as given."""
     scheme, separator, rest = url.partition("://")
@@ -54,7 +62,10 @@ def start_embedded(data_dir: Path) -> str:
             with warnings.catch_warnings():
                 # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver then uses /tmp, which is fine.
                 warnings.simplefilter("ignore")
-                from pgserver import get_server
+                try:
+                    from pgserver import get_server
+                except ImportError:
+                    raise NoDatabase(NO_EMBEDDED) from None
 
                 _forget_dead_holders(data_dir / "pgdata")
                 server = get_server(data_dir / "pgdata", cleanup_mode="stop")
