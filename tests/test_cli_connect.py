@@ -142,3 +142,29 @@ def test_serve_without_a_url_nor_the_embedded_extra_says_what_to_do(tmp_path: Pa
     )
     line = _one_line(result)
     assert "TICKLER_DATABASE_URL" in line and "embedded" in line and "[embedded]" in line, line
+
+
+def test_the_engine_and_the_listen_connection_give_up_at_the_connect_timeout(silent_port: int) -> None:
+    """In-process, the two kinds of connection the commands above do not reach first: the store's
+    pool (and so its driver connections), and the LISTEN connection's thread, which retries."""
+    import psycopg
+    import sqlalchemy as sa
+
+    from tickler.scheduler.db import create_engine
+    from tickler.scheduler.wakeup import WakeupListener
+
+    url = f"postgresql://tickler@127.0.0.1:{silent_port}/tickler"
+    engine = create_engine(url, pool_size=1, connect_timeout=2)
+    started = time.monotonic()
+    with pytest.raises(sa.exc.OperationalError) as caught:
+        engine.connect()
+    assert isinstance(caught.value.orig, psycopg.errors.ConnectionTimeout)
+    assert time.monotonic() - started < 10
+    engine.dispose()
+
+    listener = WakeupListener(url, connect_timeout=2, reconnect_delay=0.1).start()
+    thread = listener._thread
+    assert thread is not None
+    listener.stop()  # joins for 5 s: a connect that never gave up would outlive it
+    thread.join(timeout=10)
+    assert not thread.is_alive() and not listener.connected.is_set()
