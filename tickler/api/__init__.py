@@ -49,8 +49,8 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
         configure_logging(settings.log_level, settings.log_format)
     database_url = resolve_database_url(settings.database_url, settings.data_dir)
     if settings.migrate_on_start:
-        migrate(database_url)
-    store = Store(create_engine(database_url, pool_size=settings.pool_size))
+        migrate(database_url, connect_timeout=settings.connect_timeout)
+    store = Store(create_engine(database_url, pool_size=settings.pool_size, connect_timeout=settings.connect_timeout))
     store.events.groups.window = settings.group_commit_ms / 1000
 
     app = Flask("tickler")
@@ -63,10 +63,15 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     if settings.cache_seconds > 0:
         # Cached tokens and queues are dropped on NOTIFY from any process (a revoked token is
         # refused everywhere at once); the same listener serves the claims' long polls.
-        listener = WakeupListener(database_url).start()
+        listener = WakeupListener(database_url, connect_timeout=settings.connect_timeout).start()
         app.extensions["tickler.listener"] = listener
         ext.follow(listener)
-    app.extensions["tickler.pull"] = PullClaims(store, database_url, listener=app.extensions.get("tickler.listener"))
+    app.extensions["tickler.pull"] = PullClaims(
+        store,
+        database_url,
+        listener=app.extensions.get("tickler.listener"),
+        connect_timeout=settings.connect_timeout,
+    )
     app.extensions["tickler.openapi"] = build_spec(tickler_version(), settings)
     # Per-queue gauges, read from the database at scrape time (its own registry: one per app).
     gauges = CollectorRegistry()
