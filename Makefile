@@ -20,7 +20,7 @@ help: ## list the targets
 $(VENV)/.installed-base: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
-	$(PIP) -e '.[embedded]' -e ./clients/python
+	$(PIP) -e . -e ./clients/python
 	@touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed-base clients/python/pyproject.toml

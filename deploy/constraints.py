@@ -1,6 +1,7 @@
 """Write deploy/constraints.txt: the exact version, as installed in this virtualenv (the one the
 tests ran in), of every package a production install of tickler needs — its dependencies, without
-extras (so without the embedded PostgreSQL) — for `pip install --constraint` in deploy/Dockerfile.
+extras, and without the embedded PostgreSQL (pgserver and what only it needs: the image removes
+it) — for `pip install --constraint` in deploy/Dockerfile.
 
     .venv/bin/python deploy/constraints.py      (what `make constraints` runs)
 """
@@ -15,6 +16,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 OUT = Path(__file__).resolve().parent / "constraints.txt"
+LEFT_OUT = {"pgserver"}  # deploy/Dockerfile uninstalls it
 
 
 def closure(root: str) -> dict[str, str]:
@@ -28,6 +30,8 @@ def closure(root: str) -> dict[str, str]:
         except PackageNotFoundError:
             sys.exit(f"{name} is needed but not installed in this virtualenv: run `make install` first")
         key = canonicalize_name(dist.metadata["Name"])
+        if key in LEFT_OUT:
+            continue
         if key in found and not extras:
             continue
         found[key] = dist.version

@@ -127,11 +127,11 @@ def test_queues_create_takes_the_apis_settings_and_refuses_what_it_refuses(datab
     assert sorted(q["name"] for q in json.loads(listed.stdout)["queues"]) == ["emails", "hooks"]  # nothing half-made
 
 
-# An install without the `embedded` extra (the image, the units): pgserver cannot be imported.
+# An install without the embedded PostgreSQL (the image removes it): pgserver cannot be imported.
 WITHOUT_PGSERVER = "import sys; sys.modules['pgserver'] = None; from tickler.cli import main; sys.exit(main())"
 
 
-def test_serve_without_a_url_nor_the_embedded_extra_says_what_to_do(tmp_path: Path) -> None:
+def test_serve_without_a_url_nor_the_embedded_database_says_what_to_do(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TICKLER_")}
     result = subprocess.run(
         [sys.executable, "-c", WITHOUT_PGSERVER, "serve", "--port", "0", "--web-processes", "1"],
@@ -141,7 +141,7 @@ def test_serve_without_a_url_nor_the_embedded_extra_says_what_to_do(tmp_path: Pa
         timeout=60,
     )
     line = _one_line(result)
-    assert "TICKLER_DATABASE_URL" in line and "embedded" in line and "[embedded]" in line, line
+    assert "TICKLER_DATABASE_URL" in line and "embedded" in line and "pip install pgserver" in line, line
 
 
 def test_the_engine_and_the_listen_connection_give_up_at_the_connect_timeout(silent_port: int) -> None:

@@ -32,11 +32,10 @@ class NoDatabase(Exception):
     """A command would reach a database that does not exist yet (see existing_database_url)."""
 
 
-# A production install leaves the embedded PostgreSQL out (pyproject's `embedded` extra).
+# An install may leave the embedded PostgreSQL out (the container image removes pgserver).
 NO_EMBEDDED = (
     "TICKLER_DATABASE_URL is not set and the embedded PostgreSQL is not installed: set TICKLER_DATABASE_URL "
-    "to your PostgreSQL, or install tickler with its `embedded` extra (pip install 'tickler-VERSION.whl[embedded]'; "
-    "`make install` in a clone)"
+    "to your PostgreSQL, or install the embedded one (pip install pgserver)"
 )
 
 
