@@ -7,17 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from flask import Blueprint, Response, jsonify
 
 from tickler.api import auth, context
 from tickler.api.schemas.erasures import ErasureLookupArgsSchema, RequestErasureSchema
+from tickler.scheduler import erasing
 from tickler.scheduler.erasing import Hasher
-from tickler.scheduler.errors import Invalid, NotFound
+from tickler.scheduler.errors import NotFound
 from tickler.scheduler.rules import format_timestamp
 from tickler.scheduler.store.erasures import Erasure, ErasureStore, Selector
-
-log = structlog.get_logger("tickler.erasures")
 
 bp = Blueprint("erasures", __name__, url_prefix="/erasures")
 
@@ -59,29 +57,19 @@ def request_erasure() -> Response:
     auth.require_admin()
     fields_ = _request_schema.load(context.json_body())
     queues = fields_.get("queues")
-    if queues is not None:
-        known = {queue.name for queue in context.store().queues.list()}
-        unknown = sorted(set(queues) - known)
-        if unknown:
-            raise Invalid("Unknown queue.", errors={"queues": [f"No queue {unknown[0]!r}."]})
     selector = Selector(
         group_key=fields_.get("group_key"),
         item_keys=None if "item_keys" not in fields_ else tuple(dict.fromkeys(fields_["item_keys"])),
         item_key_prefix=fields_.get("item_key_prefix"),
         queues=None if queues is None else tuple(queues),
     )
-    named = [selector.group_key, selector.item_key_prefix, *(selector.item_keys or ())]
-    hashed = _hashed()
-    actor = auth.principal().name
-    erasure = _erasures().request(
+    erasure = erasing.request(
+        context.store().engine,
         selector,
         reason=fields_["reason"],
-        requested_by=actor,
-        hashes={value: hashed(value) for value in named if value is not None},
+        requested_by=auth.principal().name,
+        secret=context.tickler().settings.secret_key,
     )
-    # The operations log (SPEC §7) records "erasure requested" here, with the erasure's id, the
-    # actor and the reason: never the values.
-    log.info("erasure_requested", erasure_id=erasure.id, actor=actor)
     response = jsonify(erasure_json(erasure))
     response.status_code = 202
     response.headers["Location"] = f"/v1/erasures/{erasure.id}"

@@ -24,8 +24,10 @@ from datetime import timedelta
 import sqlalchemy as sa
 import structlog
 
+from tickler.scheduler.errors import Invalid
 from tickler.scheduler.store.dashboard import DashboardStore
-from tickler.scheduler.store.erasures import ErasureStore
+from tickler.scheduler.store.erasures import Erasure, ErasureStore, Selector
+from tickler.scheduler.store.queues import QueueStore
 
 log = structlog.get_logger(__name__)
 
@@ -39,6 +41,9 @@ INTERVAL_SECONDS = 5.0
 FINISH_MARGIN = timedelta(minutes=10)
 # What `note` says of a done erasure: the Parquet archive is not rewritten by it (yet).
 ARCHIVE_NOTE = "The archive (tickler pipeline archive) is not rewritten: archive_rows is 0."
+
+# A shorter prefix would sweep up unrelated keys (`a` is every key that starts with a).
+MIN_PREFIX_LENGTH = 3
 
 _DERIVATION = b"tickler erasure v1"
 LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout ran out
@@ -71,6 +76,33 @@ class Hasher:
 
     def __call__(self, value: str) -> str:
         return self.bound()(value)
+
+
+def request(engine: sa.Engine, selector: Selector, *, reason: str, requested_by: str, secret: str) -> Erasure:
+    """Log an erasure, pending (the API's and the command line's one way): Invalid names the
+    field of a queue that does not exist or a prefix too short; nothing is written then."""
+    if selector.item_key_prefix is not None and len(selector.item_key_prefix) < MIN_PREFIX_LENGTH:
+        raise Invalid(
+            "The prefix is too short.",
+            errors={"item_key_prefix": [f"A prefix has at least {MIN_PREFIX_LENGTH} characters."]},
+        )
+    if selector.queues is not None:
+        known = {queue.name for queue in QueueStore(engine).list()}
+        unknown = sorted(set(selector.queues) - known)
+        if unknown:
+            raise Invalid("Unknown queue.", errors={"queues": [f"No queue {unknown[0]!r}."]})
+    hashed = Hasher(engine, secret).bound()
+    named = [selector.group_key, selector.item_key_prefix, *(selector.item_keys or ())]
+    erasure = ErasureStore(engine).request(
+        selector,
+        reason=reason,
+        requested_by=requested_by,
+        hashes={value: hashed(value) for value in named if value is not None},
+    )
+    # The operations log (SPEC §7) records "erasure requested" here, for the API and the command
+    # line alike: the erasure's id, the actor and the reason, never the values.
+    log.info("erasure_requested", erasure_id=erasure.id, actor=requested_by)
+    return erasure
 
 
 class Eraser:

@@ -10,10 +10,9 @@ from marshmallow import Schema, ValidationError, fields, validate, validates, va
 from tickler.api import patterns
 from tickler.api.schemas.fields import Key, RuledString, Text
 from tickler.scheduler import rules
+from tickler.scheduler.erasing import MIN_PREFIX_LENGTH
 from tickler.scheduler.rules import check_queue_name
 
-# A shorter prefix would sweep up too many unrelated keys (`a` erases every key that starts with a).
-MIN_PREFIX_LENGTH = 3
 MAX_ITEM_KEYS = 1000
 
 
