@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+import time
 from typing import Any
 
 from tickler.commands.arguments import key
@@ -60,8 +61,8 @@ def run(store: Store, args: argparse.Namespace, secret: str) -> int:
     erasure = erasing.request(store.engine, selector, reason=args.reason, requested_by=args.actor, secret=secret)
     if args.wait:
         eraser = erasing.Eraser(store.engine, erasing.Hasher(store.engine, secret))
-        while not eraser.run_or_fail(erasure.id):  # False: the closing lock was busy; go on
-            pass
+        while not eraser.run_or_fail(erasure.id):  # False: writers held the closing lock; again soon
+            time.sleep(0.2)
         found = ErasureStore(store.engine).get(erasure.id)
         assert found is not None
         erasure = found
