@@ -2,7 +2,8 @@
 -- last word on an erased key (`erased`, an entry of no event).
 
 -- One row per erasure: who asked, when and why, which values it erases as keyed hashes (never the
--- values), how far it is and what it changed. Never pruned.
+-- values), how far it is and what it changed. Never pruned. database_done_at: the database holds
+-- nothing of the subject any more; the archive's files are next (`tickler pipeline erase`).
 CREATE TABLE tickler_erasure (
     id bigint GENERATED ALWAYS AS IDENTITY,
     requested_by text NOT NULL,
@@ -15,6 +16,7 @@ CREATE TABLE tickler_erasure (
     status text DEFAULT 'pending'::text NOT NULL,
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
+    database_done_at timestamp with time zone,
     open_events bigint DEFAULT 0 NOT NULL,
     finished_events bigint DEFAULT 0 NOT NULL,
     timeline_entries bigint DEFAULT 0 NOT NULL,

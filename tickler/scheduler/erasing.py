@@ -39,8 +39,8 @@ INTERVAL_SECONDS = 5.0
 # A finished event is looked for once more, under the lock that closes the erasure, if it
 # finished this long before the last pass began (a finish commits after its clock was read).
 FINISH_MARGIN = timedelta(minutes=10)
-# What `note` says of a done erasure: the Parquet archive is not rewritten by it (yet).
-ARCHIVE_NOTE = "The archive (tickler pipeline archive) is not rewritten: archive_rows is 0."
+# What `note` says of an erasure done in the database while the archive has files: they are next.
+ARCHIVE_NOTE = "The database holds nothing of the subject; the archive's files wait for `tickler pipeline erase`."
 
 # A shorter prefix would sweep up unrelated keys (`a` is every key that starts with a).
 MIN_PREFIX_LENGTH = 3

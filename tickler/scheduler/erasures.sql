@@ -31,7 +31,8 @@ WHERE (CAST(:kind AS text) = 'item_key' AND CAST(:value_hash AS text) = ANY(r.it
 ORDER BY r.id;
 
 -- name: unfinished_erasures
-SELECT id FROM tickler_erasure WHERE finished_at IS NULL ORDER BY id;
+-- Those with work left in the database (the archive's part is the pipeline's).
+SELECT id FROM tickler_erasure WHERE finished_at IS NULL AND database_done_at IS NULL ORDER BY id;
 
 -- name: erasure_values
 -- The values of the rows the erasure's next batch erases, in clear, for the runner to hash.

@@ -27,7 +27,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                     'expired_at', 'by', 'claimed_by', 'changed', 'claim')
 $$;
 
--- The open events an unfinished erasure matches (at most p_limit): per queue it covers, by the
+-- The open events an erasure matches while its database part goes on (at most p_limit): per queue it covers, by the
 -- indexes of open events (group; key; key range of the prefix).
 CREATE OR REPLACE FUNCTION tickler_erasure_open_ids(p_erasure_id bigint, p_limit integer) RETURNS SETOF bigint
 LANGUAGE sql STABLE AS $$
@@ -46,11 +46,11 @@ LANGUAGE sql STABLE AS $$
         WHERE e.queue = q.name AND e.dequeued_on IS NULL AND e.item_key >= w.item_key_prefix
           AND (w.item_key_prefix_end IS NULL OR e.item_key < w.item_key_prefix_end)
     ) AS m
-    WHERE r.id = p_erasure_id AND r.finished_at IS NULL
+    WHERE r.id = p_erasure_id AND r.database_done_at IS NULL
     LIMIT p_limit
 $$;
 
--- The finished events an unfinished erasure matches (at most p_limit; finished at or after
+-- The finished events an erasure matches while its database part goes on (at most p_limit; finished at or after
 -- p_since when given). History has no index by key or group: this reads it.
 CREATE OR REPLACE FUNCTION tickler_erasure_history_rows(p_erasure_id bigint, p_limit integer, p_since timestamptz)
 RETURNS TABLE (queue text, id bigint, dequeued_on timestamptz)
@@ -62,12 +62,12 @@ LANGUAGE sql STABLE AS $$
       ON (r.queues IS NULL OR h.queue = ANY(r.queues))
      AND (h.group_key = w.group_key OR h.item_key = ANY(w.item_keys)
           OR (h.item_key >= w.item_key_prefix AND (w.item_key_prefix_end IS NULL OR h.item_key < w.item_key_prefix_end)))
-    WHERE r.id = p_erasure_id AND r.finished_at IS NULL
+    WHERE r.id = p_erasure_id AND r.database_done_at IS NULL
       AND (p_since IS NULL OR h.dequeued_on >= p_since)
     LIMIT p_limit
 $$;
 
--- The keys with timeline entries that an unfinished erasure names by key or prefix (at most
+-- The keys with timeline entries that an erasure names by key or prefix (at most
 -- p_limit): those whose events are gone (past retention, a deleted queue) still have a timeline.
 -- Every queue the timeline holds, deleted ones too, found by skipping along its key index.
 CREATE OR REPLACE FUNCTION tickler_erasure_timeline_keys(p_erasure_id bigint, p_limit integer)
@@ -91,7 +91,7 @@ LANGUAGE sql STABLE AS $$
         WHERE t.queue = q.queue AND t.item_key >= w.item_key_prefix
           AND (w.item_key_prefix_end IS NULL OR t.item_key < w.item_key_prefix_end)
     ) AS m
-    WHERE r.id = p_erasure_id AND r.finished_at IS NULL
+    WHERE r.id = p_erasure_id AND r.database_done_at IS NULL
     LIMIT p_limit
 $$;
 
@@ -168,7 +168,7 @@ DECLARE
     v_entries   bigint := 0;
 BEGIN
     SELECT * INTO v_erasure FROM tickler_erasure WHERE id = p_erasure_id FOR UPDATE;
-    IF NOT FOUND OR v_erasure.finished_at IS NOT NULL THEN
+    IF NOT FOUND OR v_erasure.database_done_at IS NOT NULL THEN
         RETURN 0;
     END IF;
 
@@ -284,13 +284,15 @@ BEGIN
 END
 $$;
 
--- Closes an erasure that a pass found nothing left of: under a short SHARE lock on the open
--- events (writers wait for the few milliseconds it takes; it gives up after p_lock_timeout, and
--- the caller tries again later), no open event matches and no finished one does that finished
--- since p_since (when the last pass began: older ones that pass saw). So an event scheduled
--- while the erasure ran was erased with it, and one written after this commits is new data.
--- Each erased key's timeline ends with an `erased` entry; the clear selector is deleted.
--- Returns false (nothing done) when rows are left: the caller goes on erasing.
+-- Closes the database's part of an erasure that a pass found nothing left of: under a short SHARE
+-- lock on the open events (writers wait for the few milliseconds it takes; it gives up after
+-- 200 ms, and the caller tries again later), no open event matches and no finished one does that
+-- finished since p_since (when the last pass began: older ones that pass saw). So an event
+-- scheduled while the erasure ran was erased with it, and one written after this commits is new
+-- data. Each erased key's timeline ends with an `erased` entry. When the archive has files (any
+-- archive run), they are next: the erasure stays running, its clear selector kept, until
+-- `tickler pipeline erase` rewrites them (tickler_erasure_archive_done); else it is done, and its
+-- clear selector is deleted. Returns false (nothing done) when rows are left: the caller goes on.
 CREATE OR REPLACE FUNCTION tickler_erasure_finish(p_erasure_id bigint, p_since timestamptz, p_note text)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -298,7 +300,7 @@ DECLARE
     v_erasure tickler_erasure;
 BEGIN
     SELECT * INTO v_erasure FROM tickler_erasure WHERE id = p_erasure_id FOR UPDATE;
-    IF NOT FOUND OR v_erasure.finished_at IS NOT NULL THEN
+    IF NOT FOUND OR v_erasure.database_done_at IS NOT NULL THEN
         RETURN true;
     END IF;
     PERFORM set_config('lock_timeout', '200ms', true);
@@ -313,12 +315,28 @@ BEGIN
             )::tickler_timeline_row ORDER BY v.queue, v.value_hash))
     FROM tickler_erased_value AS v
     WHERE v.erasure_id = p_erasure_id AND v.kind = 'item_key';
+    IF EXISTS (SELECT 1 FROM tickler_archive_run) THEN
+        UPDATE tickler_erasure
+        SET status = 'running', started_at = coalesce(started_at, now()), database_done_at = now(), note = p_note
+        WHERE id = p_erasure_id;
+        RETURN true;
+    END IF;
     DELETE FROM tickler_erasure_work WHERE erasure_id = p_erasure_id;
     UPDATE tickler_erasure
-    SET status = 'done', started_at = coalesce(started_at, now()), finished_at = now(), note = p_note
+    SET status = 'done', started_at = coalesce(started_at, now()), database_done_at = now(), finished_at = now()
     WHERE id = p_erasure_id;
     RETURN true;
 END
+$$;
+
+-- The archive's part of an erasure is done too (`tickler pipeline erase` rewrote p_rows rows of
+-- its files): done, and its clear selector deleted.
+CREATE OR REPLACE FUNCTION tickler_erasure_archive_done(p_erasure_id bigint, p_rows bigint) RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM tickler_erasure_work WHERE erasure_id = p_erasure_id;
+    UPDATE tickler_erasure
+    SET status = 'done', finished_at = now(), archive_rows = archive_rows + p_rows, note = NULL
+    WHERE id = p_erasure_id AND finished_at IS NULL AND database_done_at IS NOT NULL;
 $$;
 
 -- An erasure that cannot go on: failed, with why, and its clear selector deleted (request it again).
