@@ -121,11 +121,17 @@ class Eraser:
         """Erase batch after batch until nothing is left, then close the erasure (False: it could
         not take the short lock that closes it; a later run does). Database errors propagate."""
         hashed = self.hasher.bound()
+        idle = 0
         while True:
             since = self.store.now() - FINISH_MARGIN
             values = self.store.values(erasure_id, self.batch_rows)
             if values:
-                self.store.erase_batch(erasure_id, {v: hashed(v) for v in values}, self.batch_rows)
+                erased = self.store.erase_batch(erasure_id, {v: hashed(v) for v in values}, self.batch_rows)
+                # A batch that erased nothing met rows changed since their values were read; twice
+                # in a row is not worth spinning on: a later run goes on.
+                idle = 0 if erased else idle + 1
+                if idle >= 2:
+                    return False
                 continue
             try:
                 if self.store.finish(erasure_id, since, ARCHIVE_NOTE):

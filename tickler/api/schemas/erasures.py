@@ -28,7 +28,10 @@ class RequestErasureSchema(Schema):
     )
     item_key_prefix = Key(
         validate=validate.Length(min=MIN_PREFIX_LENGTH, error="A prefix has at least {min} characters."),
-        metadata={"description": "Erase every event whose key starts with this, and their timelines."},
+        metadata={
+            "description": "Erase every event whose key starts with this, and their timelines.",
+            "minLength": MIN_PREFIX_LENGTH,
+        },
     )
     queues = fields.List(
         fields.String(metadata=patterns.queue_name_metadata()),
