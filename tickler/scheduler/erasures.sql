@@ -49,3 +49,17 @@ SELECT tickler_erasure_fail(:id, CAST(:note AS text));
 
 -- name: database_now
 SELECT now() AS now;
+
+-- name: recent_erasures
+-- The newest erasures, for the dashboard's list.
+SELECT * FROM tickler_erasure ORDER BY id DESC LIMIT :limit;
+
+-- name: erasure_impact
+-- What erasing one key of a queue would change, counted before it is asked: its open event, its
+-- events (open or finished, by their timeline entries: the key's index) and its timeline entries.
+SELECT (SELECT count(*) FROM tickler_event AS e
+        WHERE e.queue = :queue AND e.item_key = CAST(:item_key AS text) COLLATE "C" AND e.dequeued_on IS NULL) AS open_events,
+       (SELECT count(DISTINCT t.event_id) FROM tickler_timeline_all AS t
+        WHERE t.queue = :queue AND t.item_key = CAST(:item_key AS text) COLLATE "C" AND t.event_id IS NOT NULL) AS events,
+       (SELECT count(*) FROM tickler_timeline_all AS t
+        WHERE t.queue = :queue AND t.item_key = CAST(:item_key AS text) COLLATE "C") AS timeline_entries;

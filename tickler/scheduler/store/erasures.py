@@ -43,6 +43,15 @@ class Erasure:
     note: str | None
 
 
+@dataclass(frozen=True)
+class Impact:
+    """What an erasure of one key would change, counted before it is asked."""
+
+    open_events: int
+    finished_events: int
+    timeline_entries: int
+
+
 def _erasure(row: Mapping[str, Any]) -> Erasure:
     return Erasure(
         id=row["id"],
@@ -90,6 +99,18 @@ class ErasureStore(EngineStore):
     def by_hash(self, kind: str, value_hash: str) -> list[Erasure]:
         """The erasures that erased the value with this keyed hash (`kind`: item_key or group_key)."""
         return [_erasure(row) for row in self.rows("erasures_by_hash", {"kind": kind, "value_hash": value_hash})]
+
+    def recent(self, limit: int = 100) -> list[Erasure]:
+        return [_erasure(row) for row in self.rows("recent_erasures", {"limit": limit})]
+
+    def impact(self, queue: str, item_key: str) -> Impact:
+        """What erasing `item_key` of `queue` would change now (the dashboard's confirmation)."""
+        [row] = self.rows("erasure_impact", {"queue": queue, "item_key": item_key})
+        return Impact(
+            open_events=row["open_events"],
+            finished_events=row["events"] - row["open_events"],
+            timeline_entries=row["timeline_entries"],
+        )
 
     def unfinished(self) -> list[int]:
         return [row["id"] for row in self.rows("unfinished_erasures")]
