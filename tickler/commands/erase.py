@@ -9,14 +9,16 @@ import argparse
 import getpass
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tickler.commands.arguments import key
 from tickler.commands.output import print_json
-from tickler.scheduler import erasing, rules
+from tickler.scheduler import rules
 from tickler.scheduler.rules import format_timestamp
-from tickler.scheduler.store import Store
-from tickler.scheduler.store.erasures import Erasure, ErasureStore, Selector
+
+if TYPE_CHECKING:  # the parser is built for every command: the store is imported when run
+    from tickler.scheduler.store import Store
+    from tickler.scheduler.store.erasures import Erasure
 
 
 def _item_key(value: str) -> str:
@@ -49,6 +51,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(store: Store, args: argparse.Namespace, secret: str) -> int:
+    from tickler.scheduler import erasing
+    from tickler.scheduler.store.erasures import ErasureStore, Selector
+
     if args.group_key is None and args.item_keys is None and args.item_key_prefix is None:
         print("tickler erase: give --group-key, --item-key and/or --item-key-prefix", file=sys.stderr)
         return 2
