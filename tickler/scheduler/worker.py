@@ -125,6 +125,7 @@ class Worker:
             DispatcherConfig(worker_name=self.name, **(asdict(self.settings.worker) | self._config)),
             deliverers=deliverers,
             webhook=WebhookDeliverer() if self.deliver_webhooks else None,
+            secret_key=self.settings.secret_key,
         ).start()
         return self._dispatcher
 
