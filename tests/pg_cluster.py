@@ -7,6 +7,7 @@ embedded server (pgserver) already runs as, which owns the data directories.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -17,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped]  # pgserver's dependency
 import psycopg
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -106,10 +107,8 @@ class Node:
         postmaster = psutil.Process(pid)
         processes = [postmaster, *postmaster.children(recursive=True)]
         for process in processes:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 process.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
         psutil.wait_procs(processes, timeout=10)
 
     def promote(self) -> None:
