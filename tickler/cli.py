@@ -221,6 +221,7 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     from tickler.scheduler.db import create_engine
     from tickler.scheduler.delivery.handlers import Handlers
     from tickler.scheduler.queue_metrics import QueueGaugeCollector
+    from tickler.scheduler.replica import ReplicaLagCollector, read_engines
     from tickler.scheduler.store import Store
     from tickler.scheduler.worker import Worker
 
@@ -229,8 +230,12 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     if args.metrics_port:
         # The per-queue gauges too, read from the database at scrape time (SPEC §7: the same
         # values from every process), on a one-connection engine of their own.
-        gauge_store = Store(create_engine(database_url, pool_size=1))
-        prometheus_client.REGISTRY.register(QueueGaugeCollector(gauge_store.queues))
+        gauge_engine = create_engine(database_url, pool_size=1)
+        reads = read_engines(
+            gauge_engine, settings.read_database_url, max_lag_seconds=settings.read_max_lag_seconds, pool_size=1
+        )
+        prometheus_client.REGISTRY.register(QueueGaugeCollector(Store(gauge_engine, reads).queues))
+        prometheus_client.REGISTRY.register(ReplicaLagCollector(reads))
         prometheus_client.start_http_server(args.metrics_port)
     worker = Worker(
         handlers,

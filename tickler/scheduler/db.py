@@ -60,14 +60,18 @@ def existing_database_url(database_url: str, data_dir: Path) -> str:
 IDLE_PING_SECONDS = 10.0
 
 
-def create_engine(url: str, *, pool_size: int = 10) -> sa.Engine:
-    """An engine for tickler's store. Callers build it at start-up (never at import time)."""
+def create_engine(url: str, *, pool_size: int = 10, connect_timeout: int | None = None) -> sa.Engine:
+    """An engine for tickler's store. Callers build it at start-up (never at import time).
+    `connect_timeout`: seconds a new connection may take (libpq's, per host of the list)."""
+    connect_args: dict[str, Any] = {"application_name": "tickler"}
+    if connect_timeout is not None:
+        connect_args["connect_timeout"] = connect_timeout
     engine = sa.create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_recycle=3600,
-        connect_args={"application_name": "tickler"},
+        connect_args=connect_args,
     )
     _ping_idle_connections(engine)
     _drop_stale_prepared_statements(engine)
