@@ -14,7 +14,7 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from tickler.config.database_url import DatabaseAddress
+from tickler.config.database_url import DatabaseAddress, Host
 from tickler.config.database_url import parse as parse_database_url
 from tickler.scheduler import sql
 from tickler.scheduler.db import libpq_url
@@ -107,3 +107,10 @@ class Endpoint:
 
 def endpoint(url: str) -> Endpoint:
     return Endpoint(parse_database_url(url))
+
+
+def pinned(url: str, conn: psycopg.Connection[Any]) -> str:
+    """`url` naming only the host (and port) `conn` reached, as libpq's URL."""
+    address = parse_database_url(url)
+    host = Host(conn.info.host, int(conn.info.port) if conn.info.port else None)
+    return DatabaseAddress((host,), address.dbname, address.user, address.password, address.options).libpq_url()

@@ -306,3 +306,11 @@ SELECT row_number, reason, cells FROM tickler_import_reject WHERE import_id = %(
 WITH gone AS (DELETE FROM tickler_import_batch WHERE import_id = %(import_id)s),
      rejects AS (DELETE FROM tickler_import_reject WHERE import_id = %(import_id)s)
 UPDATE tickler_import SET finished_on = now(), counts = %(counts)s WHERE id = %(import_id)s
+
+-- name: primary_wal_lsn
+-- Where the primary's WAL is now: a replica that replayed up to here sees every commit before it.
+SELECT CAST(pg_current_wal_lsn() AS text) AS lsn;
+
+-- name: replayed_to
+-- Whether this server has every commit up to lsn of the primary's WAL (a primary: always).
+SELECT NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= CAST(%(lsn)s AS pg_lsn) AS replayed;
