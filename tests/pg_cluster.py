@@ -143,3 +143,7 @@ def make_root() -> Path:
     if _as_user():
         shutil.chown(root, RUN_AS, RUN_AS)
     return root
+
+
+def remove_root(root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)

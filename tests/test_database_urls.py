@@ -50,7 +50,7 @@ def server() -> Iterator[pg_cluster.Node]:
     node = pg_cluster.Node(root, "primary").init().start()
     yield node
     node.stop()
-    subprocess.run(["rm", "-rf", str(root)], check=False)
+    pg_cluster.remove_root(root)
 
 
 @pytest.fixture(scope="module")
