@@ -6,7 +6,7 @@ kill -9 of the primary while clients schedule and events are delivered, then pro
 standby: nothing answered 2xx is lost, writes answer 503 with Retry-After (never 500) meanwhile,
 the same processes go on without a restart, and a lease taken before is finished once or
 redelivered with its redelivery counted. A replica whose replay is paused sends the reads that
-may lag back to the primary. The times measured are printed (`-s`) for docs/deploy.md.
+may lag (the API's and the pipeline's) back to the primary. The times measured are printed (`-s`) for docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from tests.helpers_http import serving_app
 from tests.helpers_wait import wait_until
 from tickler.api import close_app, create_app
 from tickler.config import Settings
+from tickler.pipeline import db as pipeline_db
+from tickler.pipeline.replica import primary_lsn, read_url
 from tickler.scheduler.db import create_engine
 from tickler.scheduler.errors import NotFound
 from tickler.scheduler.migrate import migrate
@@ -312,9 +314,16 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
             assert gauges()["tickler_read_replica_in_use"] == 1
             assert gauges()["tickler_read_replica_lag_seconds"] <= 1.0
 
+            # the pipeline's reads: on the replica while it is close enough
+            assert read_url(url, replica_url, max_lag_seconds=1.0) == replica_url
+
             pair.standby.execute("SELECT pg_wal_replay_pause()")
             paused = time.monotonic()
             assert http.post("/v1/queues/jobs/events", json={"item_key": "second", "data": {}}).status_code == 202
+            with pipeline_db.connect(url) as primary:
+                written = primary_lsn(primary)
+            # an archive run's rows are read where its selection has arrived: not on this replica
+            assert read_url(url, replica_url, max_lag_seconds=1.0, after_lsn=written) == url
             # the replica does not have it, and will not until replay resumes ...
             assert pair.standby.execute("SELECT count(*) FROM tickler_event WHERE item_key = 'second'", "tickler") == [
                 (0,)
@@ -333,11 +342,13 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
             pair.standby.execute("SELECT pg_wal_replay_resume()")
             wait_until(on_replica, timeout=10, what="reads back on the replica")
             assert found("second")
+            assert read_url(url, replica_url, max_lag_seconds=1.0, after_lsn=written) == replica_url
 
             # a replica that is gone: the reads go on, on the primary
             pair.standby.kill()
             wait_until(lambda: not on_replica() and found("second"), timeout=10, what="reads off a dead replica")
             assert gauges()["tickler_read_replica_in_use"] == 0
+            assert read_url(url, replica_url, max_lag_seconds=1.0) == url
     finally:
         close_app(app)
     _report("lagging_replica", {"replay_paused_to_reads_on_primary_seconds": round(moved, 3)})

@@ -209,7 +209,9 @@ class EventStore(EventOperations):
     def timeline(self, queue: str, item_key: str) -> list[TimelineEntry]:
         """The key's timeline entries still in PostgreSQL, oldest first. Empty when all of them
         were archived (see archived()); NotFound when the key was never seen."""
-        rows = self.lagging_rows("timeline", {"queue": queue, "item_key": item_key})
+        params = {"queue": queue, "item_key": item_key}
+        # a key a replica has not seen yet is read on the primary: "never seen" is never a lag
+        rows = self.lagging_rows("timeline", params) or self.rows("timeline", params)
         if not rows and archived_history(self.engine, queue, item_key) is None:
             raise NotFound(f"Key {item_key!r} was never seen in queue {queue!r}.")
         return [TimelineEntry(**row) for row in rows]
