@@ -123,12 +123,21 @@ class Node:
         return node
 
     def rewind_to(self, source: Node) -> None:
-        """Make this (stopped) old primary a standby of `source` (pg_rewind)."""
+        """Make this (stopped) old primary a standby of `source` (pg_rewind). pg_rewind copies
+        the source's configuration too: this node's own port and upstream are set again after."""
+        # a promoted server's control file names its new timeline only after a checkpoint;
+        # without one pg_rewind finds nothing to rewind, and the node cannot follow
+        source.execute("CHECKPOINT")
         _run(PG_BIN / "pg_rewind", "-D", self.data, f"--source-server=host=127.0.0.1 port={source.port} user=postgres",
              "-R", "--no-sync")  # fmt: skip
         self.configure(
             primary_conninfo=f"'host=127.0.0.1 port={source.port} user=postgres application_name={self.name}'"
         )
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the server's log, for a failure message."""
+        log = self.data / "server.log"
+        return log.read_text(errors="replace")[-chars:] if log.exists() else "(no log)"
 
     def execute(self, statement: str, dbname: str = "postgres") -> list[tuple[Any, ...]]:
         with psycopg.connect(self.url(dbname), autocommit=True, connect_timeout=5) as conn:

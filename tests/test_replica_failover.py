@@ -352,3 +352,65 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
     finally:
         close_app(app)
     _report("lagging_replica", {"replay_paused_to_reads_on_primary_seconds": round(moved, 3)})
+
+
+def test_failing_back_to_the_old_primary_rebuilt_as_a_standby(pair: Pair) -> None:
+    """kill -9 of the primary, promotion of the standby, the old primary rewound (pg_rewind) into a
+    standby of the new one, then a second failover back to it: the same API process serves on,
+    and every event answered 2xx across both failovers is there at the end."""
+    url = pair.url()
+    setup_engine = create_engine(url, pool_size=1)
+    token = _admin(Store(setup_engine))
+    setup_engine.dispose()
+    app = create_app(Settings(database_url=url, migrate_on_start=False, pool_size=4), configure_logs=False)
+    accepted: list[str] = []
+    try:
+        with (
+            serving_app(app) as base,
+            httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as http,
+        ):
+
+            def schedule(prefix: str, count: int) -> None:
+                for n in range(count):
+                    key = f"{prefix}-{n}"
+                    response = wait_until(
+                        lambda key=key: _accepted_or_none(http, key),  # type: ignore[misc]
+                        timeout=30,
+                        what=f"{key} accepted",
+                    )
+                    assert response in (202, 503)
+                    accepted.append(key)
+
+            schedule("on-a", 20)
+            pair.primary.kill()
+            pair.standby.promote()
+            schedule("on-b", 20)
+
+            # the old primary, rewound to the new one's timeline, follows it (asynchronously: the new
+            # primary was not told to wait for it, so its writes went on while it was away)
+            pair.primary.rewind_to(pair.standby)
+            pair.primary.start()
+            schedule("on-b-with-a-following", 20)
+            [(lsn,)] = pair.standby.execute("SELECT CAST(pg_current_wal_lsn() AS text)")
+            wait_until(
+                lambda: pair.primary.execute(f"SELECT pg_last_wal_replay_lsn() >= '{lsn}'")[0][0],
+                what=lambda: "the rebuilt node caught up: " + pair.primary.log_tail(),
+            )
+            pair.standby.kill()
+            pair.primary.promote()
+            schedule("on-a-again", 20)
+            found = http.get("/v1/queues/jobs/events", params={"limit": 1000}).json()["events"]
+    finally:
+        close_app(app)
+    assert sorted(e["item_key"] for e in found) == sorted(accepted)
+    assert pair.primary.execute("SELECT pg_is_in_recovery()") == [(False,)]
+
+
+def _accepted_or_none(http: httpx.Client, key: str) -> int | None:
+    """202 once the API accepts the event; None (try again) while it answers 503."""
+    response = http.post("/v1/queues/jobs/events", json={"item_key": key, "data": {}})
+    assert response.status_code in (202, 503), response.text
+    if response.status_code == 503:
+        assert response.headers.get("Retry-After")
+        return None
+    return response.status_code
