@@ -168,24 +168,33 @@ def url_dead(url: str) -> int:
     return port
 
 
-def test_serve_banner_names_every_host(server: pg_cluster.Node, migrated: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("command", "event"), [(("serve", "--port", "0"), "serving"), (("worker",), "database")])
+def test_serve_and_worker_log_every_host_and_the_read_replica(
+    server: pg_cluster.Node, migrated: str, tmp_path: Path, command: tuple[str, ...], event: str
+) -> None:
     dead = pg_cluster.free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TICKLER_")}
-    env.update(TICKLER_LOG_FORMAT="json", TICKLER_DATABASE_URL=spell("repeated", dead, server.port, migrated))
-    process = subprocess.Popen(
-        [*TICKLER, "serve", "--port", "0"], env=env, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    env.update(
+        TICKLER_LOG_FORMAT="json",
+        TICKLER_DATABASE_URL=spell("repeated", dead, server.port, migrated, password="s3cret"),
+        TICKLER_READ_DATABASE_URL=f"host=127.0.0.1 port={server.port} dbname={migrated} user=postgres password=s3cret",
     )
+    process = subprocess.Popen([*TICKLER, *command], env=env, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    said: list[str] = []
     try:
         assert process.stderr is not None
         for line in process.stderr:
-            if line.startswith("{") and json.loads(line).get("event") == "serving":
+            said.append(line)
+            if line.startswith("{") and json.loads(line).get("event") == event:
                 banner = json.loads(line)
                 break
         else:
-            raise AssertionError("serve stopped before serving")
+            raise AssertionError(f"{command[0]} stopped before logging {event}: {said}")
     finally:
         process.terminate()
         process.wait(timeout=30)
         if process.stderr is not None:
             process.stderr.close()
     assert banner["database"].startswith(f"127.0.0.1:{dead},127.0.0.1:{server.port}/{migrated} as postgres")
+    assert banner["read_database"] == f"127.0.0.1:{server.port}/{migrated} as postgres"
+    assert not any("s3cret" in line for line in said)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-from tickler.commands.failures import Refused, describe_database, explain
+from tickler.commands.failures import Refused, databases, describe_database, explain
 from tickler.config import Settings, SettingsError, WorkerSettings
 
 if TYPE_CHECKING:
@@ -216,6 +216,7 @@ def _load_handlers(spec: str) -> Handlers:
 
 def _worker(settings: Settings, args: argparse.Namespace) -> int:
     import prometheus_client
+    import structlog
 
     from tickler.commands.database import existing_database_url
     from tickler.scheduler.db import create_engine
@@ -226,6 +227,8 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     from tickler.scheduler.worker import Worker
 
     handlers = _load_handlers(args.handlers) if args.handlers else Handlers()
+    # every host of the URL (never the password), before reaching it: a failure names what it tried
+    structlog.get_logger("tickler.worker").info("database", **databases(settings))
     database_url = existing_database_url(settings)  # a worker never creates an empty database
     if args.metrics_port:
         # The per-queue gauges too, read from the database at scrape time (SPEC §7: the same

@@ -29,6 +29,14 @@ def describe_database(settings: Settings) -> str:
     return describe_url(settings.database_url)
 
 
+def databases(settings: Settings) -> dict[str, str]:
+    """What the logs say of the databases: `database`, and `read_database` with a read replica."""
+    described = {"database": describe_database(settings)}
+    if settings.read_database_url:
+        described["read_database"] = describe_url(settings.read_database_url)
+    return described
+
+
 def describe_url(url: str) -> str:
     """host:port,host:port/database as user, as libpq will read the URL (a missing user is the OS
     user, a missing database the user's name), without the password."""
