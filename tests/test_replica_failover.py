@@ -34,7 +34,10 @@ from tickler.scheduler.db import create_engine
 from tickler.scheduler.errors import NotFound
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import Event
-from tickler.scheduler.store import QueueSettings, Store
+from tickler.scheduler.replica import ReadEngines
+from tickler.scheduler.store import QueueSettings, SearchFilter, Store
+from tickler.scheduler.store.dashboard import DashboardStore
+from tickler.scheduler.store.ui_reads import UIReads
 from tickler.scheduler.worker import Worker
 
 pytestmark = [
@@ -314,6 +317,8 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
             assert gauges()["tickler_read_replica_in_use"] == 1
             assert gauges()["tickler_read_replica_lag_seconds"] <= 1.0
 
+            _every_lagging_read_runs_on(replica_url, "first")
+
             # the pipeline's reads: on the replica while it is close enough
             assert read_url(url, replica_url, max_lag_seconds=1.0) == replica_url
 
@@ -414,3 +419,24 @@ def _accepted_or_none(http: httpx.Client, key: str) -> int | None:
         assert response.headers.get("Retry-After")
         return None
     return response.status_code
+
+
+def _every_lagging_read_runs_on(standby_url: str, key: str) -> None:
+    """Each read that may lag runs on a hot standby as it is (none writes, locks or needs the
+    primary): run on a store whose every engine is the standby's, none may fail."""
+    engine = create_engine(standby_url, pool_size=1)
+    try:
+        reads = ReadEngines(engine)
+        store = Store(engine, reads)
+        assert [e.item_key for e in store.events.search("jobs", SearchFilter())] == [key]
+        assert [e.action for e in store.events.timeline("jobs", key)] == ["enqueued"]
+        assert store.queues.counts("jobs")["pending"] == 1
+        assert {g.name: g.pending for g in store.queues.gauges()}["jobs"] == 1
+        dashboard, ui = DashboardStore(engine, reads), UIReads(engine, reads)
+        assert {q.name for q in dashboard.overview(None)} == {"jobs", "pulls"}
+        assert dashboard.live_leases(None) == []
+        assert ui.timeline_page("jobs", key, before=None, limit=10).entries
+        assert ui.count("jobs", SearchFilter(), cap=10).n == 1
+        assert ui.fair_backlogs("jobs").seen == 1
+    finally:
+        engine.dispose()
