@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import psutil  # type: ignore[import-untyped]  # pgserver's dependency
+import psutil  # pgserver's dependency
 import psycopg
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")

@@ -22,6 +22,7 @@ import structlog
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tickler.config import Settings
 from tickler.scheduler.db import create_engine, driver_rows, unavailable_reason
 from tickler.scheduler.sql import driver_sql
 
@@ -112,13 +113,18 @@ class ReadEngines:
             self.replica.dispose()
 
 
-def read_engines(primary: sa.Engine, read_database_url: str, *, max_lag_seconds: float, pool_size: int) -> ReadEngines:
-    """The reads of a process: on the replica at `read_database_url` (an engine of its own), or
-    all on the primary when it is empty."""
+def read_engines(primary: sa.Engine, settings: Settings, *, pool_size: int | None = None) -> ReadEngines:
+    """The reads of a process: on the replica of TICKLER_READ_DATABASE_URL (an engine of its own,
+    `pool_size` connections, the settings' by default), or all on the primary when there is none."""
     replica = None
-    if read_database_url:
-        replica = create_engine(read_database_url, pool_size=pool_size, connect_timeout=REPLICA_CONNECT_TIMEOUT)
-    return ReadEngines(primary, replica, max_lag_seconds=max_lag_seconds)
+    if settings.read_database_url:
+        timeout = REPLICA_CONNECT_TIMEOUT
+        if settings.connect_timeout:  # 0: wait for ever, which a replica is not worth
+            timeout = min(timeout, settings.connect_timeout)
+        replica = create_engine(
+            settings.read_database_url, pool_size=pool_size or settings.pool_size, connect_timeout=timeout
+        )
+    return ReadEngines(primary, replica, max_lag_seconds=settings.read_max_lag_seconds)
 
 
 class ReplicaLagCollector(Collector):
