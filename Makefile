@@ -43,7 +43,7 @@ test-only: install ## run the test suite only (PYTEST_ARGS="-n 2" to pass option
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-quick: install ## the inner loop: the suite without Spark and the browser (a few minutes)
-	$(BIN)/pytest -m "not spark and not browser"
+	$(BIN)/pytest -m "not spark and not browser and not replica"
 
 lint: install ## ruff (lint and formatting) and the layer contracts (import-linter)
 	$(BIN)/ruff check .

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-from tickler.commands.failures import Refused, describe_database, explain
+from tickler.commands.failures import Refused, databases, describe_database, explain
 from tickler.config import Settings, SettingsError, WorkerSettings
 
 if TYPE_CHECKING:
@@ -227,21 +227,27 @@ def _load_handlers(spec: str) -> Handlers:
 
 def _worker(settings: Settings, args: argparse.Namespace) -> int:
     import prometheus_client
+    import structlog
 
     from tickler.commands.database import existing_database_url
     from tickler.scheduler.db import create_engine
     from tickler.scheduler.delivery.handlers import Handlers
     from tickler.scheduler.queue_metrics import QueueGaugeCollector
+    from tickler.scheduler.replica import ReplicaLagCollector, read_engines
     from tickler.scheduler.store import Store
     from tickler.scheduler.worker import Worker
 
     handlers = _load_handlers(args.handlers) if args.handlers else Handlers()
+    # every host of the URL (never the password), before reaching it: a failure names what it tried
+    structlog.get_logger("tickler.worker").info("database", **databases(settings))
     database_url = existing_database_url(settings)  # a worker never creates an empty database
     if args.metrics_port:
         # The per-queue gauges too, read from the database at scrape time (SPEC §7: the same
         # values from every process), on a one-connection engine of their own.
-        gauge_store = Store(create_engine(database_url, pool_size=1, connect_timeout=settings.connect_timeout))
-        prometheus_client.REGISTRY.register(QueueGaugeCollector(gauge_store.queues))
+        gauge_engine = create_engine(database_url, pool_size=1, connect_timeout=settings.connect_timeout)
+        reads = read_engines(gauge_engine, settings, pool_size=1)
+        prometheus_client.REGISTRY.register(QueueGaugeCollector(Store(gauge_engine, reads).queues))
+        prometheus_client.REGISTRY.register(ReplicaLagCollector(reads))
         prometheus_client.start_http_server(args.metrics_port)
     worker = Worker(
         handlers,

@@ -26,6 +26,7 @@ from tickler.scheduler.db import create_engine, resolve_database_url
 from tickler.scheduler.logs import configure_logging
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.queue_metrics import QueueGaugeCollector
+from tickler.scheduler.replica import ReplicaLagCollector, read_engines
 from tickler.scheduler.store import Store
 from tickler.scheduler.waiting import PullClaims
 from tickler.scheduler.wakeup import WakeupListener
@@ -50,7 +51,9 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     database_url = resolve_database_url(settings.database_url, settings.data_dir)
     if settings.migrate_on_start:
         migrate(database_url, connect_timeout=settings.connect_timeout)
-    store = Store(create_engine(database_url, pool_size=settings.pool_size, connect_timeout=settings.connect_timeout))
+    engine = create_engine(database_url, pool_size=settings.pool_size, connect_timeout=settings.connect_timeout)
+    reads = read_engines(engine, settings)
+    store = Store(engine, reads)
     store.events.groups.window = settings.group_commit_ms / 1000
 
     app = Flask("tickler")
@@ -76,6 +79,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     # Per-queue gauges, read from the database at scrape time (its own registry: one per app).
     gauges = CollectorRegistry()
     gauges.register(QueueGaugeCollector(store.queues))
+    gauges.register(ReplicaLagCollector(reads))
     app.extensions["tickler.gauges"] = gauges
 
     app.url_map.converters["item_key"] = events.ItemKeyConverter
@@ -111,7 +115,7 @@ def close_app(app: Flask) -> None:
     listener = app.extensions.get("tickler.listener")
     if listener is not None:
         listener.stop()
-    app.extensions["tickler"].store.engine.dispose()
+    app.extensions["tickler"].store.dispose()
 
 
 def _bounded_body() -> None:

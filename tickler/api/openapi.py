@@ -117,10 +117,19 @@ def _answer(answer: Any) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+# The description of a read that may lag (SPEC §13).
+MAY_LAG = (
+    "May lag: with TICKLER_READ_DATABASE_URL set, this read is served by the read replica while it is no "
+    "more than TICKLER_READ_MAX_LAG_SECONDS (default 5) behind the primary, and by the primary otherwise; "
+    "an event scheduled a moment ago may not show yet. Claims, lease operations and writes always use the primary."
+)
+
+
 def _op(
     summary: str,
     answers: dict[str, Any],
     *,
+    may_lag: bool = False,
     body: str | None = None,
     body_required: bool = True,
     parameters: tuple[dict[str, Any], ...] = (),
@@ -135,6 +144,8 @@ def _op(
     for status in refusals:
         responses.setdefault(status, REFUSALS[status])
     operation: dict[str, Any] = {"summary": summary, "responses": responses}
+    if may_lag:
+        operation["description"] = MAY_LAG
     if body:
         operation["requestBody"] = {"required": body_required, "content": {"application/json": {"schema": body}}}
     if query is not None:
@@ -171,6 +182,7 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
             "get": _op(
                 "Search events, keyset-paginated by (schedule_on, id)",
                 {"200": "EventPage"},
+                may_lag=True,
                 query=events.SearchArgsSchema,
             ),
         },
@@ -200,7 +212,7 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
             ),
         },
         "/v1/queues/{queue}/events/{item_key}/timeline": {
-            "get": _op("Everything that happened to a key, oldest first", {"200": "Timeline"})
+            "get": _op("Everything that happened to a key, oldest first", {"200": "Timeline"}, may_lag=True)
         },
         "/v1/queues/{queue}/events/{item_key}/retry": {
             "post": _op(
@@ -244,7 +256,7 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
             "put": _op(
                 "Create (201) or change (200) a queue; admin", created_or_changed, body="PutQueue", refusals=ADMIN_CALL
             ),
-            "get": _op("A queue's settings and its counts by status", {"200": "Queue"}),
+            "get": _op("A queue's settings and its counts by status", {"200": "Queue"}, may_lag=True),
             "delete": _op(
                 "Delete a queue and its events (their timelines stay readable to admins); admin",
                 {

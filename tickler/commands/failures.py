@@ -7,11 +7,10 @@ what to check, instead of a page of traceback ending in psycopg.OperationalError
 
 from __future__ import annotations
 
-import getpass
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 from tickler.config import Settings
+from tickler.config.database_url import parse as parse_database_url
 
 
 class Refused(Exception):
@@ -30,18 +29,21 @@ def describe_database(settings: Settings) -> str:
     return describe_url(settings.database_url)
 
 
+def databases(settings: Settings) -> dict[str, str]:
+    """What the logs say of the databases: `database`, and `read_database` with a read replica."""
+    described = {"database": describe_database(settings)}
+    if settings.read_database_url:
+        described["read_database"] = describe_url(settings.read_database_url)
+    return described
+
+
 def describe_url(url: str) -> str:
-    """host:port/database as user, as libpq will read the URL (a missing user is the OS user, a
-    missing database the user's name), without the password."""
-    parts = urlsplit(url)
+    """host:port,host:port/database as user, as libpq will read the URL (a missing user is the OS
+    user, a missing database the user's name), without the password."""
     try:
-        port = parts.port
+        return parse_database_url(url).display()
     except ValueError:
-        port = None
-    host = parts.hostname or parse_qs(parts.query).get("host", ["localhost"])[0]
-    user = parts.username or getpass.getuser()
-    database = parts.path.lstrip("/") or user
-    return f"{host}:{port or 5432}/{database} as {user}"
+        return "a database URL that cannot be read"
 
 
 def explain(error: BaseException, settings: Settings) -> str | None:

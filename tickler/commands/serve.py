@@ -23,7 +23,7 @@ from types import FrameType
 import structlog
 
 from tickler.commands import web_processes
-from tickler.commands.failures import Refused, describe_database
+from tickler.commands.failures import Refused, databases
 from tickler.config import Settings
 
 log = structlog.get_logger("tickler.serve")
@@ -122,8 +122,8 @@ def _start_and_run(
     from tickler.scheduler.migrate import migrate
     from tickler.scheduler.worker import Worker
 
-    where = describe_database(settings)
-    log.info("database", database=where)  # before reaching it: a failure then names what it tried
+    where = databases(settings)
+    log.info("database", **where)  # before reaching it: a failure then names what it tried
     url = resolve_database_url(settings.database_url, settings.data_dir)
     if settings.migrate_on_start:
         migrate(url, connect_timeout=settings.connect_timeout)
@@ -154,7 +154,7 @@ def _start_and_run(
         api=f"{base}/v1",
         dashboard=f"{base}/ui/",
         docs=f"{base}/docs",
-        database=where,
+        **where,
         pid=os.getpid(),
         threads=threads,
         web_processes=processes,

@@ -7,15 +7,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import urlsplit
 
+from tickler.config.database_url import POSTGRESQL_SCHEMES, DatabaseUrlError, parse
+
+__all__ = ["POSTGRESQL_SCHEMES", "Settings", "SettingsError", "WorkerSettings"]
 _T = TypeVar("_T")
 
 # The levels and formats TICKLER_LOG_LEVEL and TICKLER_LOG_FORMAT take.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("console", "json")
-# The URL schemes of a PostgreSQL database (tickler speaks to it with psycopg 3).
-POSTGRESQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
 
 class SettingsError(SystemExit):
@@ -83,8 +83,14 @@ class WorkerSettings:
 class Settings:
     """tickler's settings. `Settings.from_env()` reads them; tests build them directly."""
 
-    # PostgreSQL URL. Empty: an embedded PostgreSQL under `data_dir`.
+    # PostgreSQL URL, or libpq's key=value conninfo; several hosts (a primary and its standbys)
+    # with target_session_attrs=read-write. Empty: an embedded PostgreSQL under `data_dir`.
     database_url: str = ""
+    # A replica for the reads that may lag (search, timelines, counts, the pipeline's reads).
+    # Empty: every read goes to database_url.
+    read_database_url: str = ""
+    # Reads go to the primary while the replica is further behind than this (seconds).
+    read_max_lag_seconds: float = 5.0
     # Where the embedded PostgreSQL keeps its data.
     data_dir: Path = field(default_factory=lambda: Path(".tickler"))
     # Largest `data` of one event, in bytes of its JSON text (larger: 413).
@@ -154,12 +160,18 @@ class Settings:
             raise SettingsError(f"TICKLER_CONNECT_TIMEOUT must be 0 or more seconds, not {settings.connect_timeout!r}")
         if not 0 <= settings.group_commit_ms <= 1000:
             raise SettingsError(f"TICKLER_GROUP_COMMIT_MS must be from 0 to 1000, not {settings.group_commit_ms!r}")
-        scheme = urlsplit(settings.database_url).scheme.lower()
-        if settings.database_url and scheme not in POSTGRESQL_SCHEMES:
-            # The scheme only: the rest of a URL may hold a password.
+        for name, url in (
+            ("TICKLER_DATABASE_URL", settings.database_url),
+            ("TICKLER_READ_DATABASE_URL", settings.read_database_url),
+        ):
+            if url:
+                try:
+                    parse(url)
+                except DatabaseUrlError as error:
+                    raise SettingsError(f"{name} {error}") from None
+        if settings.read_max_lag_seconds < 0:
             raise SettingsError(
-                f"TICKLER_DATABASE_URL must be a PostgreSQL URL (postgresql://user:password@host:port/database), "
-                f"not a {scheme or 'schemeless'}:// one"
+                f"TICKLER_READ_MAX_LAG_SECONDS must be 0 or more, not {settings.read_max_lag_seconds!r}"
             )
         return settings.with_overrides(log_level=level, log_format=log_format)
 

@@ -33,6 +33,8 @@ from tickler.pipeline.spark import PipelineError
 # Stages after which `hook` is called: tests raise there to simulate a crash.
 STAGES = ("selected", "written", "verified", "deleted", "committed")
 Hook = Callable[[str, int], None]
+# Given the primary's connection, the URL to read a run's rows from.
+ReadFrom = Callable[[psycopg.Connection[Any]], str]
 
 
 class ArchiveMismatch(RuntimeError):
@@ -66,18 +68,22 @@ def run_archive(
     limit: int | None = None,
     source: SourceOptions = SourceOptions(),  # frozen: one default for every call is safe
     hook: Hook | None = None,
+    read_from: ReadFrom | None = None,
 ) -> list[RunResult]:
-    """Finish an unfinished run if a crash left one, then archive what finished before `cutoff`."""
+    """Finish an unfinished run if a crash left one, then archive what finished before `cutoff`.
+    `read_from(conn)`: the URL to read a run's rows from (a replica that has replayed the run's
+    selection, pipeline/replica.py), given the primary's connection; default `url`."""
     results = []
     with db.connect(url, autocommit=True, row_factory=dict_row) as conn, archive_lock(conn):
+        reads = read_from or (lambda _conn: url)
         unfinished = db.rows(conn, "unfinished_run")
         if unfinished:
-            results.append(_finish(spark, url, conn, unfinished[0], source, hook, resumed=True))
+            results.append(_finish(spark, reads, conn, unfinished[0], source, hook, resumed=True))
         run = _select(conn, layout.normalize_location(location), cutoff, limit)
         if run is not None:
             if hook:
                 hook("selected", run["id"])
-            results.append(_finish(spark, url, conn, run, source, hook, resumed=False))
+            results.append(_finish(spark, reads, conn, run, source, hook, resumed=False))
     return results
 
 
@@ -110,7 +116,7 @@ def _select(conn: psycopg.Connection[Any], location: str, cutoff: datetime, limi
 
 def _finish(
     spark: SparkSession,
-    url: str,
+    reads: ReadFrom,
     conn: psycopg.Connection[Any],
     run: dict[str, Any],
     source: SourceOptions,
@@ -121,7 +127,7 @@ def _finish(
     run_id = run["id"]
     reconcile(spark, conn, run["location"], unfinished=run_id)
     if run["state"] == "selected" or not _matches(spark, run):
-        _write(spark, url, run, source)
+        _write(spark, reads(conn), run, source)
         if hook:
             hook("written", run_id)
         if not _matches(spark, run):

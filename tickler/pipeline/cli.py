@@ -259,9 +259,9 @@ def _run(args: argparse.Namespace, summary: dict[str, Any], context: dict[str, A
     try:
         with nullcontext() if args.no_progress else reporting(spark.sparkContext):
             if args.job == "report":
-                summary.update(_report(spark, url, args))
+                summary.update(_report(spark, _report_url(url, settings), args))
             elif args.job == "archive":
-                summary.update(_archive(spark, url, args))
+                summary.update(_archive(spark, url, args, settings))
             elif args.job == "compact":
                 summary.update(_compact(spark, url, args))
             elif args.job == "erase":
@@ -312,14 +312,28 @@ def _report(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
             "queues": result.tables["summary"]}  # fmt: skip
 
 
-def _archive(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
+def _report_url(url: str, settings: Settings) -> str:
+    """Where the report reads: the replica (TICKLER_READ_DATABASE_URL) while it is close enough."""
+    from tickler.pipeline.replica import read_url
+
+    return read_url(url, settings.read_database_url, max_lag_seconds=settings.read_max_lag_seconds)
+
+
+def _archive(spark: Any, url: str, args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from tickler.pipeline.archive import ArchiveMismatch, SourceOptions, run_archive
+    from tickler.pipeline.replica import primary_lsn, read_url
+
+    def read_from(conn: Any) -> str:
+        # a run's rows are read where its selection (just committed on the primary) has arrived
+        after = primary_lsn(conn)
+        return read_url(url, settings.read_database_url, max_lag_seconds=settings.read_max_lag_seconds, after_lsn=after)
 
     cutoff = _cutoff(args)
     try:
         results = run_archive(
-            spark, url, location=args.to, cutoff=cutoff, limit=args.limit, source=SourceOptions(**_source_options(args))
-        )
+            spark, url, location=args.to, cutoff=cutoff, limit=args.limit,
+            source=SourceOptions(**_source_options(args)), read_from=read_from if settings.read_database_url else None,
+        )  # fmt: skip
     except ArchiveMismatch as error:
         return {"error": str(error)}
     if not results:

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any, LiteralString
-from urllib.parse import urlencode
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
+from tickler.config.database_url import DatabaseAddress, Host
+from tickler.config.database_url import parse as parse_database_url
 from tickler.scheduler import sql
 from tickler.scheduler.db import libpq_url
 from tickler.scheduler.sql import parse_queries
@@ -81,41 +82,35 @@ def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where the server is: TCP host and port, or a unix socket directory."""
+    """Where the server is (every host of a failover list) and who logs in, for Spark's JDBC reads."""
 
-    host: str
-    port: int
-    dbname: str
-    user: str
-    password: str
-    params: dict[str, str]
+    address: DatabaseAddress
+
+    @property
+    def user(self) -> str:
+        return self.address.login
+
+    @property
+    def password(self) -> str:
+        return self.address.password or ""
 
     @property
     def is_tcp(self) -> bool:
-        return bool(self.host) and not self.host.startswith("/") and not self.host.startswith("@")
+        return self.address.is_tcp
 
     def jdbc_url(self) -> str:
-        """The JDBC URL (credentials travel as properties, not in the URL), with the job's session
-        settings and TCP keepalives (pgjdbc's are the operating system's timings)."""
-        params = {**self.params, "tcpKeepAlive": "true", "options": session_options()}
-        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}?{urlencode(params)}"
-
-
-# libpq parameters that pgjdbc understands under the same name
-_JDBC_PARAMS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout")
+        """pgjdbc's URL over every host, the primary chosen as libpq's target_session_attrs says
+        (credentials travel as properties, not in the URL), with the job's session settings and
+        TCP keepalives (pgjdbc's are the operating system's timings)."""
+        return self.address.jdbc_url([("tcpKeepAlive", "true"), ("options", session_options())])
 
 
 def endpoint(url: str) -> Endpoint:
-    info = conninfo_to_dict(libpq_url(url))
-    host = str(info.get("host") or "")
-    # several hosts (failover lists): JDBC takes the first one here
-    host = host.split(",")[0]
-    port = int(str(info.get("port") or "5432").split(",")[0])
-    return Endpoint(
-        host=host,
-        port=port,
-        dbname=str(info.get("dbname") or info.get("user") or "postgres"),
-        user=str(info.get("user") or "postgres"),
-        password=str(info.get("password") or ""),
-        params={k: str(info[k]) for k in _JDBC_PARAMS if info.get(k)},
-    )
+    return Endpoint(parse_database_url(url))
+
+
+def pinned(url: str, conn: psycopg.Connection[Any]) -> str:
+    """`url` naming only the host (and port) `conn` reached, as libpq's URL."""
+    address = parse_database_url(url)
+    host = Host(conn.info.host, int(conn.info.port) if conn.info.port else None)
+    return DatabaseAddress((host,), address.dbname, address.user, address.password, address.options).libpq_url()

@@ -324,3 +324,11 @@ SELECT tickler_erasure_archive_done(%(id)s, %(rows)s)
 
 -- name: ui_secret
 SELECT secret FROM tickler_ui_secret
+
+-- name: primary_wal_lsn
+-- Where the primary's WAL is now: a replica that replayed up to here sees every commit before it.
+SELECT CAST(pg_current_wal_lsn() AS text) AS lsn;
+
+-- name: replayed_to
+-- Whether this server has every commit up to lsn of the primary's WAL (a primary: always).
+SELECT NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= CAST(%(lsn)s AS pg_lsn) AS replayed;

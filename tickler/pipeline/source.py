@@ -162,6 +162,9 @@ class Source:
 
     def __enter__(self) -> Source:
         self._conn = db.connect(self.url)
+        # Spark's JDBC reads must reach the very server that exported the snapshot: of a list of
+        # hosts (replicas, or a primary and its standbys), the one this connection reached.
+        self.url = db.pinned(self.url, self._conn)
         self._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         if self.kind == "jdbc":
             row = self._conn.execute("SELECT pg_export_snapshot()").fetchone()

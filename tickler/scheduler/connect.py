@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 import psycopg.sql
 
+from tickler.config.database_url import parse as parse_database_url
+
 EMBEDDED_DATABASE = "tickler"
-# The spellings of a PostgreSQL URL's scheme (config.POSTGRESQL_SCHEMES checks settings first).
-_SCHEMES = ("postgres", "postgresql", "postgresql+psycopg")
 
 # How long a new connection may take (seconds; libpq's connect_timeout) unless the caller says:
 # Settings.connect_timeout (TICKLER_CONNECT_TIMEOUT) is what the service and the commands pass.
@@ -40,11 +40,9 @@ NO_EMBEDDED = (
 
 
 def libpq_url(url: str) -> str:
-    """The same URL as libpq (and so plain psycopg) spells it: `postgresql://`, the rest as given."""
-    scheme, separator, rest = url.partition("://")
-    if not separator or scheme.lower() not in _SCHEMES:
-        raise ValueError(f"not a PostgreSQL URL: {scheme}://...")
-    return f"postgresql://{rest}"
+    """The database as libpq's URL (plain psycopg takes it), whatever spelling it came in, every
+    host of a list kept (config.database_url reads them all). ValueError for one it cannot read."""
+    return parse_database_url(url).libpq_url()
 
 
 def start_embedded(data_dir: Path) -> str:

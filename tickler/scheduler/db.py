@@ -17,7 +17,8 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
+
+from tickler.config.database_url import parse as parse_database_url
 
 # Reaching the database without SQLAlchemy lives in connect.py; its names are the store's too.
 from tickler.scheduler.connect import (
@@ -45,13 +46,9 @@ DATABASE_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError)
 
 
 def sqlalchemy_url(url: str) -> str:
-    """The URL with the psycopg 3 driver, whatever spelling (`postgres://`, `postgresql://`) it came in."""
-    parsed = make_url(url)
-    if parsed.drivername in ("postgres", "postgresql", "postgresql+psycopg"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    else:
-        raise ValueError(f"not a PostgreSQL URL: {parsed.drivername}://...")
-    return parsed.render_as_string(hide_password=False)
+    """The URL with the psycopg 3 driver, whatever spelling it came in (config.database_url reads
+    them all: several hosts, libpq's key=value conninfo)."""
+    return parse_database_url(url).sqlalchemy_url()
 
 
 def resolve_database_url(database_url: str, data_dir: Path) -> str:

@@ -20,8 +20,9 @@ def _per_app(kind: type[S]) -> S:
     key = f"tickler.ui.{kind.__name__}"
     found = current_app.extensions.get(key)
     if found is None:
-        engine: sa.Engine = context.store().engine
-        found = current_app.extensions[key] = kind(engine)
+        store = context.store()
+        engine: sa.Engine = store.engine
+        found = current_app.extensions[key] = kind(engine, store.reads)
     assert isinstance(found, kind)
     return found
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from tickler.scheduler.db import driver_rows
+from tickler.scheduler.replica import ReadEngines
 from tickler.scheduler.store.events import EventChanges, EventStore, SearchFilter
 from tickler.scheduler.store.history import HistoryPass, HistoryStore
 from tickler.scheduler.store.leases import LeaseStore
@@ -43,10 +44,12 @@ _WRITABLE = "SELECT pg_is_in_recovery() AS standby, current_setting('transaction
 class Store:
     """All of tickler's persistence, over one engine."""
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, reads: ReadEngines | None = None) -> None:
         self.engine = engine
-        self.events = EventStore(engine)
-        self.queues = QueueStore(engine)
+        # the reads that may lag, on a replica while it is close enough (scheduler/replica.py)
+        self.reads = reads or ReadEngines(engine)
+        self.events = EventStore(engine, self.reads)
+        self.queues = QueueStore(engine, self.reads)
         self.tokens = TokenStore(engine)
         self.leases = LeaseStore(engine)
         self.schedules = ScheduleStore(engine)
@@ -60,3 +63,8 @@ class Store:
         """Why the database would refuse a write now ("standby", "read_only"), or None."""
         [row] = driver_rows(self.engine, _WRITABLE)
         return "standby" if row["standby"] else "read_only" if row["read_only"] else None
+
+    def dispose(self) -> None:
+        """Close the pools (the primary's and the replica's)."""
+        self.reads.dispose()
+        self.engine.dispose()

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import sqlalchemy as sa
+
 from tickler.scheduler.db import driver_connection, driver_rows
 from tickler.scheduler.models import Principal
 from tickler.scheduler.sql import file_queries, run
@@ -59,13 +61,16 @@ class DashboardStore(EngineStore):
     def overview(self, names: list[str] | None, *, now: datetime | None = None) -> list[QueueOverview]:
         """Every queue (None) or the named ones, with counts, oldest due time and the last hour's rates."""
         params: dict[str, Any] = {"names": names, "now": now}
-        with driver_connection(self.engine, _sql("overview"), params) as conn:
-            # A handful of index probes per queue, but the planner's estimate for the subqueries
-            # (taken per queue, over a table it may not have analysed) can pass the JIT threshold,
-            # and compiling the plan then costs a second or more: never worth it here.
-            run(conn, _sql("no_jit"))
-            rows = run(conn, _sql("overview"), params)
-            minutes = run(conn, _sql("minutes"), params)
+
+        def read(engine: sa.Engine) -> tuple[list[Any], list[Any]]:
+            with driver_connection(engine, _sql("overview"), params) as conn:
+                # A handful of index probes per queue, but the planner's estimate for the subqueries
+                # (taken per queue, over a table it may not have analysed) can pass the JIT threshold,
+                # and compiling the plan then costs a second or more: never worth it here.
+                run(conn, _sql("no_jit"))
+                return run(conn, _sql("overview"), params), run(conn, _sql("minutes"), params)
+
+        rows, minutes = self.reads.read(read)  # counts and charts may lag (a replica)
         per_queue: dict[str, dict[datetime, tuple[int, int]]] = {}
         for m in minutes:
             per_queue.setdefault(m["queue"], {})[m["minute"]] = (int(m["delivered"]), int(m["failed"]))
@@ -99,7 +104,8 @@ class DashboardStore(EngineStore):
 
     def live_leases(self, names: list[str] | None, *, limit: int = 500, now: datetime | None = None) -> list[LiveLease]:
         """Leases in flight (at most `limit`), oldest claim first."""
-        rows = driver_rows(self.engine, _sql("live_leases"), {"names": names, "limit": limit, "now": now})
+        params = {"names": names, "limit": limit, "now": now}
+        rows = self.reads.read(lambda engine: driver_rows(engine, _sql("live_leases"), params))
         return [
             LiveLease(
                 lease_id=str(row["lease_id"]),

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 from tickler.scheduler.db import driver_rows, unavailable_reason
 from tickler.scheduler.errors import Archived, InFlight, KeyConflict, NotFound, StaleVersion
 from tickler.scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEntry
+from tickler.scheduler.replica import ReadEngines
 from tickler.scheduler.states import OnConflict, Scheduled
 from tickler.scheduler.store import search
 from tickler.scheduler.store.archive import archived_history
@@ -86,8 +87,8 @@ def _items(events: Sequence[NewEvent], traces: Sequence[TraceContext | None] | N
 
 
 class EventStore(EventOperations):
-    def __init__(self, engine: sa.Engine) -> None:
-        super().__init__(engine)
+    def __init__(self, engine: sa.Engine, reads: ReadEngines | None = None) -> None:
+        super().__init__(engine, reads)
         # Off (0) unless the API turns it on (TICKLER_GROUP_COMMIT_MS): an in-process caller is alone.
         self.groups: GroupCommit[tuple[NewEvent, TraceContext | None], dict[str, Any]] = GroupCommit(
             self._write_group, shared=lambda error: unavailable_reason(error) is not None
@@ -208,7 +209,9 @@ class EventStore(EventOperations):
     def timeline(self, queue: str, item_key: str) -> list[TimelineEntry]:
         """The key's timeline entries still in PostgreSQL, oldest first. Empty when all of them
         were archived (see archived()); NotFound when the key was never seen."""
-        rows = self.rows("timeline", {"queue": queue, "item_key": item_key})
+        params = {"queue": queue, "item_key": item_key}
+        # a key a replica has not seen yet is read on the primary: "never seen" is never a lag
+        rows = self.lagging_rows("timeline", params) or self.rows("timeline", params)
         if not rows and archived_history(self.engine, queue, item_key) is None:
             raise NotFound(f"Key {item_key!r} was never seen in queue {queue!r}.")
         return [TimelineEntry(**row) for row in rows]
@@ -219,7 +222,8 @@ class EventStore(EventOperations):
 
     def search(self, queue: str, where: search.SearchFilter, *, now: datetime | None = None) -> list[Event]:
         """A page of events in (schedule_on, id) order; see scheduler.store.search."""
-        rows = driver_rows(self.engine, *search.statement(search.build_query(queue, where, now), self.engine.dialect))
+        query = search.statement(search.build_query(queue, where, now), self.engine.dialect)
+        rows = self.reads.read(lambda engine: driver_rows(engine, *query))
         return [Event.from_row(row) for row in rows]
 
     # -- changing -------------------------------------------------------------------------------

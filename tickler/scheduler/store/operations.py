@@ -169,7 +169,7 @@ class QueueOperations(EngineStore):
 
     def gauges(self, names: list[str] | None = None, *, now: datetime | None = None) -> list[QueueGauges]:
         """Every queue's gauges (or those named), from counters and indexes: no row is counted by scan."""
-        return [_gauges(row) for row in self.rows("queue_gauges", {"names": names, "now": now})]
+        return [_gauges(row) for row in self.lagging_rows("queue_gauges", {"names": names, "now": now})]
 
 
 def _gauges(row: Any) -> QueueGauges:

@@ -7,6 +7,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
+import sqlalchemy as sa
+
 from tickler.config import Settings
 from tickler.scheduler.db import driver_connection
 from tickler.scheduler.errors import Invalid, NotFound
@@ -85,9 +87,14 @@ class QueueStore(QueueOperations):
     def counts(self, name: str, now: datetime | None = None) -> dict[str, int]:
         """Events of the queue by status; reads counters and the small set of open, due rows."""
         live_counts = {"queue": name, "now": now}
-        with driver_connection(self.engine, driver_sql("queue_live_counts"), live_counts, autocommit=True) as conn:
-            states = dict(run(conn, driver_sql("queue_state_counts"), {"queue": name}, tuples=True))
-            [live] = run(conn, driver_sql("queue_live_counts"), live_counts)
+
+        def read(engine: sa.Engine) -> tuple[dict[str, int], dict[str, int]]:
+            with driver_connection(engine, driver_sql("queue_live_counts"), live_counts, autocommit=True) as conn:
+                states = dict(run(conn, driver_sql("queue_state_counts"), {"queue": name}, tuples=True))
+                [live] = run(conn, driver_sql("queue_live_counts"), live_counts)
+            return states, live
+
+        states, live = self.reads.read(read)  # counts may lag (a replica)
         open_events = int(states.get("open", 0))
         return {
             "pending": open_events - live["in_flight"],

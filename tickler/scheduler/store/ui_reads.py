@@ -56,14 +56,14 @@ class UIReads(EngineStore):
         """The `keys` fairness keys with the largest due backlog among the queue's first `scan`
         due events (a bounded read at any backlog)."""
         params = {"queue": queue, "keys": keys, "scan": scan, "now": now}
-        rows = driver_rows(self.engine, _sql("fair_backlogs"), params)
+        rows = self.reads.read(lambda engine: driver_rows(engine, _sql("fair_backlogs"), params))
         seen = int(rows[0]["seen"]) if rows else 0
         return FairBacklogs([(row["fairness_key"] or None, int(row["due"])) for row in rows], seen, seen >= scan)
 
     def timeline_page(self, queue: str, item_key: str, *, before: int | None, limit: int) -> TimelinePage:
         """At most `limit` timeline rows of a key older than row `before`, newest first."""
         params = {"queue": queue, "item_key": item_key, "before": before, "limit": limit + 1}
-        rows = driver_rows(self.engine, _sql("timeline_page"), params)
+        rows = self.reads.read(lambda engine: driver_rows(engine, _sql("timeline_page"), params))
         ids = sorted({row["id"] for row in rows if row["id"] is not None}, reverse=True)
         older = None
         if len(ids) > limit:
@@ -80,7 +80,7 @@ class UIReads(EngineStore):
         """How many events the search matches from its `after` on, counted up to `cap`."""
         listed = search.build_query(queue, replace(where, limit=cap + 1), now).subquery()
         counted = search.statement(sa.select(sa.func.count()).select_from(listed), self.engine.dialect)
-        [[n]] = driver_rows(self.engine, *counted, tuples=True)
+        [[n]] = self.reads.read(lambda engine: driver_rows(engine, *counted, tuples=True))
         return Count(min(int(n), cap), int(n) > cap)
 
     def page_before(
@@ -104,5 +104,6 @@ class UIReads(EngineStore):
                 )
         union = sa.union_all(*(p.subquery().select() for p in parts)).subquery()
         query = sa.select(union).order_by(union.c.schedule_on.desc(), union.c.id.desc()).limit(where.limit)
-        rows = driver_rows(self.engine, *search.statement(query, self.engine.dialect))
+        statement = search.statement(query, self.engine.dialect)
+        rows = self.reads.read(lambda engine: driver_rows(engine, *statement))
         return [Event.from_row(row) for row in rows]

@@ -1,0 +1,133 @@
+"""Claim throughput on the primary while clients search and read timelines: the reads on a
+replica (TICKLER_READ_DATABASE_URL) vs on the primary.
+
+    python -m bench.replica_reads --primary URL --replica URL [--events 30000] [--clients 20]
+
+`--primary` and `--replica` name the admin database of a primary and of its streaming standby
+(the bench creates, migrates and drops a database of its own on the primary; the replica sees it
+by replication). Not part of `python -m bench`'s report: it needs a replicated pair, which the
+private cluster of a full run is not. Each run: one tickler worker (its own process, batch 100)
+drains `--events` events that fall due at one instant, while `--clients` threads of this process
+search the queue (a page of 50) and read the timeline of a key they found, through a Store whose
+reads go to the replica, or to the primary; the claim rate, the reads answered and where they
+went are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from dataclasses import dataclass
+
+from sqlalchemy.engine import make_url
+
+from bench.drain import fill_tickler, make_due_soon
+from bench.harness import (
+    QUEUE,
+    create_database,
+    drop_database,
+    finish_time,
+    make_queue,
+    wait_until_drained,
+    with_database,
+)
+from bench.procs import WorkerSpec, tickler_workers
+from tickler.config import Settings
+from tickler.scheduler.db import create_engine
+from tickler.scheduler.logs import configure_logging
+from tickler.scheduler.migrate import migrate
+from tickler.scheduler.replica import ReadEngines, read_engines
+from tickler.scheduler.store import SearchFilter, Store
+
+
+@dataclass(frozen=True)
+class Result:
+    reads_on: str
+    claimed_per_second: float
+    reads_per_second: float
+    reads_on_replica: bool
+
+
+def _read_until(stop: threading.Event, store: Store, count: list[int], lock: threading.Lock) -> None:
+    done = 0
+    while not stop.is_set():
+        page = store.events.search(QUEUE, SearchFilter(limit=50))
+        if page:
+            store.events.timeline(QUEUE, page[0].item_key)
+        done += 1
+    with lock:
+        count[0] += done
+
+
+def run_once(primary_admin: str, replica_admin: str | None, *, events: int, clients: int) -> Result:
+    url = create_database(primary_admin)
+    try:
+        migrate(url)
+        make_queue(url)
+        read_url = ""
+        if replica_admin:
+            read_url = with_database(replica_admin, str(make_url(url).database))
+        settings = Settings(database_url=url, read_database_url=read_url, pool_size=clients)
+        engine = create_engine(url, pool_size=clients)
+        reads = read_engines(engine, settings)
+        store = Store(engine, reads)
+        try:
+            with tickler_workers([WorkerSpec(url, QUEUE, 100, concurrency=128, queue_concurrency=100)]):
+                fill_tickler(url, events)
+                if replica_admin:  # the replica has the events before the clock starts
+                    _wait_for_replica(reads)
+                stop, lock, count = threading.Event(), threading.Lock(), [0]
+                readers = [
+                    threading.Thread(target=_read_until, args=(stop, store, count, lock), daemon=True)
+                    for _ in range(clients)
+                ]
+                for reader in readers:
+                    reader.start()
+                started = time.monotonic()
+                due = make_due_soon(url)
+                wait_until_drained(url)
+                elapsed = time.monotonic() - started
+                on_replica = reads.on_replica
+                stop.set()
+                for reader in readers:
+                    reader.join(30)
+            claimed = events / (finish_time(url) - due)
+        finally:
+            store.dispose()
+        return Result("replica" if replica_admin else "primary", claimed, count[0] / elapsed, on_replica)
+    finally:
+        drop_database(primary_admin, url)
+
+
+def _wait_for_replica(reads: ReadEngines) -> None:
+    deadline = time.monotonic() + 60
+    while reads.engine() is not reads.replica:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the replica never came within the lag allowed")
+        time.sleep(0.2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.replica_reads", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--primary", required=True, help="the primary's admin URL")
+    parser.add_argument("--replica", required=True, help="its streaming standby's admin URL")
+    parser.add_argument("--events", type=int, default=30_000)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+    configure_logging("WARNING")
+    results = [
+        run_once(args.primary, replica, events=args.events, clients=args.clients)
+        for _ in range(args.repeats)
+        for replica in (None, args.replica)
+    ]
+    print(f"{'reads on':<10} {'claimed/s':>10} {'reads/s':>9}  (a read: a search page of 50 and a key's timeline)")
+    for result in results:
+        where = result.reads_on + ("" if result.reads_on == "primary" or result.reads_on_replica else " (fell back)")
+        print(f"{where:<10} {result.claimed_per_second:>10,.0f} {result.reads_per_second:>9,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
