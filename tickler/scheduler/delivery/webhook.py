@@ -64,13 +64,32 @@ def retry_after_seconds(value: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
-# Requests on a new connection in progress at once, per receiver (scheme and host:port), per
-# process. A new connection waits in the receiver's accept queue until the receiver takes it;
-# a plain server listens with a backlog of 5 (Python's socketserver), which holds 6, and a
-# connection beyond that is dropped and retried by TCP 1 s later, then 3 s, or reset. Requests
-# on an open keep-alive connection never wait here: against a capable receiver the connections
-# open 4 at a time (a ramp of a few milliseconds) and are then reused without limit.
+# Connections being opened at once, per receiver (scheme and host:port), per process, at first. A
+# new connection waits in the receiver's accept queue until the receiver takes it; a plain server
+# listens with a backlog of 5 (Python's socketserver), which holds 6, and a connection beyond that
+# is dropped and retried by TCP 1 s later, then 3 s, or reset. A request on a new connection holds
+# one of these until its answer comes or ACCEPT_WINDOW has passed since it connected (a receiver
+# that accepts at all has taken it by then: a receiver slow to answer still gets 4 more
+# connections every 50 ms). Requests on an open keep-alive connection never wait here. Each answer
+# on a new connection that stays open adds one to the allowance (up to MAX_NEW_CONNECTIONS), so
+# against a keep-alive receiver the pool grows like TCP's slow start, doubling every round trip;
+# a receiver that closes every connection (HTTP/1.0) stays at 4 at a time.
 NEW_CONNECTIONS_PER_RECEIVER = 4
+MAX_NEW_CONNECTIONS = 1024
+ACCEPT_WINDOW = 0.05
+
+
+class _Gate:
+    """One receiver's allowance of requests on new connections."""
+
+    def __init__(self, permits: int) -> None:
+        self.semaphore = asyncio.Semaphore(permits)
+        self.permits = permits
+
+    def grow(self) -> None:
+        if self.permits < MAX_NEW_CONNECTIONS:
+            self.permits += 1
+            self.semaphore.release()  # an asyncio.Semaphore takes a release beyond its start: one more permit
 
 
 def _trace_headers(lease: Lease) -> dict[str, str]:
@@ -88,11 +107,17 @@ def _trace_headers(lease: Lease) -> dict[str, str]:
 class _Request:
     """One request's state, seen by the connection hooks (aiohttp's trace_request_ctx)."""
 
-    gate: asyncio.Semaphore
+    gate: _Gate
     deadline: asyncio.Timeout
     timeout: float
     reused: bool = False
     gated: bool = False
+
+    def ungate(self) -> None:
+        """Give the gate's permit back (once)."""
+        if self.gated:
+            self.gated = False
+            self.gate.semaphore.release()
 
 
 class WebhookDeliverer:
@@ -118,12 +143,13 @@ class WebhookDeliverer:
         self._new_connections = new_connections
         self._lookup = lookup
         self._session: aiohttp.ClientSession | None = None
-        self._gates: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
+        self._gates: dict[tuple[str, str, int | None], _Gate] = {}
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             hooks = aiohttp.TraceConfig()
             hooks.on_connection_create_start.append(_new_connection)
+            hooks.on_connection_create_end.append(_connected)
             hooks.on_connection_reuseconn.append(_reused_connection)
             connector = aiohttp.TCPConnector(
                 limit=0,  # bounded by the dispatcher's count of requests in flight, not here
@@ -145,12 +171,12 @@ class WebhookDeliverer:
             await self._session.close()
             self._session = None
 
-    def _gate(self, url: URL) -> asyncio.Semaphore:
-        """The receiver's limit of requests on new connections (see NEW_CONNECTIONS_PER_RECEIVER)."""
+    def _gate(self, url: URL) -> _Gate:
+        """The receiver's allowance of requests on new connections (see NEW_CONNECTIONS_PER_RECEIVER)."""
         key = (url.scheme, url.host or "", url.port)
         gate = self._gates.get(key)
         if gate is None:
-            gate = self._gates[key] = asyncio.Semaphore(self._new_connections)
+            gate = self._gates[key] = _Gate(self._new_connections)
         return gate
 
     async def deliver(self, queue: Queue, lease: Lease) -> Outcome:
@@ -194,11 +220,13 @@ class WebhookDeliverer:
                             url, data=body, headers=headers, allow_redirects=False, trace_request_ctx=state
                         ) as response:
                             status = response.status
+                            if state.gated and _keeps_alive(response):
+                                state.gate.grow()  # it keeps connections open: it may have more at once
+                            state.ungate()
                             text = await _read_start(response)
                             retry_after = response.headers.get("Retry-After")
                     finally:
-                        if state.gated:
-                            state.gate.release()
+                        state.ungate()
                 break
             except DestinationDenied as denied:
                 return Failed(str(denied)[:MAX_ERROR_LENGTH])
@@ -227,6 +255,14 @@ class WebhookDeliverer:
         return Failed(summary, retry_in)
 
 
+def _keeps_alive(response: aiohttp.ClientResponse) -> bool:
+    """Whether the receiver keeps this connection open for the next request (HTTP/1.1 unless it
+    says close; HTTP/1.0 only when it says keep-alive)."""
+    said = response.headers.get("Connection", "").lower()
+    version = response.version or aiohttp.HttpVersion10
+    return said == "keep-alive" or (version >= aiohttp.HttpVersion11 and said != "close")
+
+
 async def _read_start(response: aiohttp.ClientResponse) -> bytes:
     """Up to MAX_BODY_READ bytes of the answer; a longer answer's connection is not reused."""
     text = b""
@@ -246,9 +282,16 @@ async def _new_connection(session: Any, context: SimpleNamespace, params: Any) -
     state = context.trace_request_ctx
     if isinstance(state, _Request) and not state.gated:
         state.deadline.reschedule(None)
-        await state.gate.acquire()
+        await state.gate.semaphore.acquire()
         state.gated = True
         state.deadline.reschedule(asyncio.get_running_loop().time() + state.timeout)
+
+
+async def _connected(session: Any, context: SimpleNamespace, params: Any) -> None:
+    """The new connection is made: its permit goes back after ACCEPT_WINDOW, answered or not."""
+    state = context.trace_request_ctx
+    if isinstance(state, _Request) and state.gated:
+        asyncio.get_running_loop().call_later(ACCEPT_WINDOW, state.ungate)
 
 
 async def _reused_connection(session: Any, context: SimpleNamespace, params: Any) -> None:
