@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 class HoldingReceiver:
     url: str = ""
     hold: bool = True  # hold each request until released; False: answer 204 at once
+    record: bool = True  # False: keep nothing of what arrives (a memory test's receiver stays level)
     arrivals: Counter[int] = field(default_factory=Counter)  # event id -> requests that carried it
     hosts: list[str] = field(default_factory=list)  # Host headers seen
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -54,8 +55,9 @@ class HoldingReceiver:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 ids = [event["id"] for event in json.loads(body)["events"]]
                 with self.lock:
-                    self.arrivals.update(ids)
-                    self.hosts.append(headers.get("host", ""))
+                    if self.record:
+                        self.arrivals.update(ids)
+                        self.hosts.append(headers.get("host", ""))
                     future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                     if self.hold:
                         self._held.append((ids, future))
