@@ -1,7 +1,7 @@
 """Webhook delivery, one tickler worker with its defaults, beside a baseline deliverer: a plain asyncio
 loop that claims rows, POSTs each signed (aiohttp, keep-alive) and completes them.
 
-1. To a local no-op receiver: events/s, tickler against the baseline (target ≥ 0.6×).
+1. To a local no-op receiver: events/s, tickler against the baseline (target ≥ 0.6x).
 2. To a receiver that answers after 250 ms, 3,000 events due at once, the queue's max_in_flight
    2,000: deliveries/s (target ≥ 2,000), the most requests the receiver held at once, and the
    worker's peak RSS (target ≤ 300 MiB)."""
@@ -113,7 +113,7 @@ def run(ctx: Context) -> list[Row]:
                 baseline_fill(db_url, n)
                 base_runs.append(asyncio.run(_baseline(db_url, url, n, 1000)))
         name = "webhook delivery to a local no-op receiver, 1 worker (defaults)"
-        rows.append(Row.measured(name, runs, base_runs, target="≥ 0.6× baseline", met=lambda t, b: t >= 0.6 * (b or 0)))
+        rows.append(Row.measured(name, runs, base_runs, target="≥ 0.6x baseline", met=lambda t, b: t >= 0.6 * (b or 0)))
     n = ctx.size(3_000, 6_000)
     with _receiver(SLOW) as (port, gauge):
         url = f"http://127.0.0.1:{port}/hook"
