@@ -111,7 +111,8 @@ class _Request:
     deadline: asyncio.Timeout
     timeout: float
     reused: bool = False
-    gated: bool = False
+    opened: bool = False  # on a connection of its own
+    gated: bool = False  # holding the gate's permit
 
     def ungate(self) -> None:
         """Give the gate's permit back (once)."""
@@ -220,7 +221,7 @@ class WebhookDeliverer:
                             url, data=body, headers=headers, allow_redirects=False, trace_request_ctx=state
                         ) as response:
                             status = response.status
-                            if state.gated and _keeps_alive(response):
+                            if state.opened and _keeps_alive(response):
                                 state.gate.grow()  # it keeps connections open: it may have more at once
                             state.ungate()
                             text = await _read_start(response)
@@ -283,7 +284,7 @@ async def _new_connection(session: Any, context: SimpleNamespace, params: Any) -
     if isinstance(state, _Request) and not state.gated:
         state.deadline.reschedule(None)
         await state.gate.semaphore.acquire()
-        state.gated = True
+        state.opened = state.gated = True
         state.deadline.reschedule(asyncio.get_running_loop().time() + state.timeout)
 
 
