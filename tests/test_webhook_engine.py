@@ -197,6 +197,23 @@ def test_a_name_is_connected_to_at_its_checked_address_with_its_own_host_header(
         assert failed_with(store, "k9") == "destination 169.254.169.254 is denied by TICKLER_WEBHOOK_DENY_NETWORKS"
 
 
+def test_a_name_that_re_resolves_to_a_denied_address_is_refused_on_its_next_connection(
+    store: Store, database_url: str, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    names = StaticResolver({"flip.example": ["127.0.0.1"]})
+    deliverer = WebhookDeliverer(lookup=names, dns_cache_seconds=None)
+    # An HTTP/1.0 receiver closes every connection: each attempt connects, and resolves, anew.
+    with running_receiver() as receiver, dispatching(store, database_url, deliverer):
+        url = receiver.url.replace("127.0.0.1", "flip.example")
+        queue = make_queue("hooks", delivery_mode="webhook", webhook_url=url)
+        store.events.schedule(queue, NewEvent("k0", {}), actor="test")
+        wait_until(lambda: delivered(raw) == 1)
+        names.table["flip.example"] = ["169.254.169.254"]  # the name's owner rebinds it
+        store.events.schedule(queue, NewEvent("k1", {}), actor="test")
+        assert failed_with(store, "k1") == "destination 169.254.169.254 is denied by TICKLER_WEBHOOK_DENY_NETWORKS"
+    assert len(receiver.received) == 1
+
+
 def test_a_redirect_is_never_followed(store: Store, database_url: str, make_queue: Callable[..., Queue]) -> None:
     with holding_receiver() as target, running_receiver([(302, {"Location": "TARGET"})]) as redirecting:
         target.hold = False

@@ -136,12 +136,16 @@ class WebhookDeliverer:
         user_agent: str = "tickler",
         new_connections: int = NEW_CONNECTIONS_PER_RECEIVER,
         lookup: AbstractResolver | None = None,
+        dns_cache_seconds: int | None = 10,
     ) -> None:
-        """`lookup` resolves names in place of the system resolver (tests)."""
+        """`lookup` resolves names in place of the system resolver (tests); a name's checked
+        addresses are reused for `dns_cache_seconds` (None: resolved and checked anew for every
+        new connection)."""
         self.policy = policy or DestinationPolicy()
         self._user_agent = user_agent
         self._new_connections = new_connections
         self._lookup = lookup
+        self._dns_cache_seconds = dns_cache_seconds
         self._session: aiohttp.ClientSession | None = None
         self._gates: dict[tuple[str, str, int | None], _Gate] = {}
 
@@ -154,7 +158,8 @@ class WebhookDeliverer:
             connector = aiohttp.TCPConnector(
                 limit=0,  # bounded by the dispatcher's count of requests in flight, not here
                 resolver=CheckedResolver(self.policy, self._lookup),
-                ttl_dns_cache=10,  # the cache holds checked addresses only
+                use_dns_cache=self._dns_cache_seconds is not None,
+                ttl_dns_cache=self._dns_cache_seconds,  # the cache holds checked addresses only
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
