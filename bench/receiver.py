@@ -1,4 +1,6 @@
-"""A no-op webhook receiver: asyncio, keep-alive, answers 204 to every POST. Run as a process."""
+"""A webhook receiver that cannot be the bottleneck: asyncio, keep-alive, answers 204 to every
+POST, after `delay` seconds (0: at once) without holding anything but a timer per request. It
+counts the requests it holds at once (`in_flight`, shared with the parent). Run as a process."""
 
 from __future__ import annotations
 
@@ -7,9 +9,11 @@ from typing import Any
 
 
 class _Protocol(asyncio.Protocol):
-    def __init__(self) -> None:
+    def __init__(self, delay: float, gauge: Any) -> None:
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
+        self.delay = delay
+        self.gauge = gauge  # [now, max] requests held, when counting
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -29,14 +33,27 @@ class _Protocol(asyncio.Protocol):
             if len(self.buffer) < end:
                 return
             self.buffer = self.buffer[end:]
-            assert self.transport is not None
+            if self.delay:
+                self.gauge[0] += 1
+                self.gauge[1] = max(self.gauge[1], self.gauge[0])
+                asyncio.get_running_loop().call_later(self.delay, self._answer)
+            else:
+                self._answer()
+
+    def _answer(self) -> None:
+        if self.delay:
+            self.gauge[0] -= 1
+        if self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
 
 
-def serve(port: int, ready: Any) -> None:
+def serve(port: int, ready: Any, delay: float = 0.0, gauge: Any = None) -> None:
+    """`gauge`: a shared array of two ints, [held now, most held at once]."""
+    counts = gauge if gauge is not None else [0, 0]
+
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(_Protocol, "127.0.0.1", port, backlog=512)
+        server = await loop.create_server(lambda: _Protocol(delay, counts), "127.0.0.1", port, backlog=4096)
         ready.set()
         async with server:
             await server.serve_forever()

@@ -81,13 +81,13 @@ def test_queue_json_carries_flow_settings_and_paused(client: FlaskClient, admin_
 def test_a_webhook_queue_gets_the_default_cap_unless_told(client: FlaskClient, admin_token: str) -> None:
     hook = {"mode": "webhook", "url": "http://127.0.0.1:9/hook"}
     default = client.put("/v1/queues/hooks", json={"delivery": hook}, headers=auth(admin_token)).json
-    assert default["max_in_flight"] == 100
+    assert default["max_in_flight"] == 1000
     uncapped = client.put("/v1/queues/open", json={"delivery": hook, "max_in_flight": None}, headers=auth(admin_token))
     assert uncapped.json["max_in_flight"] is None
     pull = client.put("/v1/queues/pulled", json={}, headers=auth(admin_token)).json
     assert pull["max_in_flight"] is None  # a pull consumer paces itself
     again = client.put("/v1/queues/hooks", json={"max_attempts": 3}, headers=auth(admin_token)).json
-    assert again["max_in_flight"] == 100
+    assert again["max_in_flight"] == 1000
 
 
 @pytest.mark.parametrize(

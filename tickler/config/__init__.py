@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -16,6 +17,13 @@ _T = TypeVar("_T")
 # The levels and formats TICKLER_LOG_LEVEL and TICKLER_LOG_FORMAT take.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("console", "json")
+# Webhook destinations refused unless TICKLER_WEBHOOK_DENY_NETWORKS says otherwise: link-local
+# addresses, where clouds serve instance metadata and credentials (169.254.169.254, AWS's
+# fd00:ec2::254). Loopback and private ranges are allowed: a self-hosted tickler delivers to
+# services inside its own network.
+DEFAULT_DENIED_NETWORKS = "169.254.0.0/16,fd00:ec2::254/128,fe80::/10"
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class SettingsError(SystemExit):
@@ -77,6 +85,12 @@ class WorkerSettings:
     # events falling due a fraction of a millisecond apart are claimed (and acked) together
     # instead of each costing its own commits: at most this much lateness, for throughput.
     coalesce_seconds: float = _knob(0.005, "after a small claim, wait this long before the next (seconds)")
+    # Webhook requests run on one event loop thread, not on the delivery threads: each waiting
+    # request costs a little memory (docs/delivery.md), not a thread.
+    webhook_concurrency: int = _knob(2000, "webhook requests in flight at once in this process")
+    webhook_queue_concurrency: int = _knob(
+        1000, "webhook requests of one queue in flight at once in this process (one slow receiver leaves room)"
+    )
 
 
 @dataclass(frozen=True)
@@ -131,7 +145,11 @@ class Settings:
     default_backoff_multiplier: float = 2.0
     default_webhook_timeout_seconds: float = 10.0
     # max_in_flight of a new webhook queue (when not given): leases live at once, cluster-wide.
-    default_webhook_max_in_flight: int = 100
+    default_webhook_max_in_flight: int = 1000
+    # Where webhooks may go, checked on every address a receiver's name resolves to, when each
+    # connection is made (comma-separated CIDR ranges). Allow: empty = anywhere not denied.
+    webhook_allow_networks: str = ""
+    webhook_deny_networks: str = DEFAULT_DENIED_NETWORKS
     # Apply pending migrations when the service starts.
     migrate_on_start: bool = True
     # Key that signs the dashboard's session cookies. Empty: a key generated once and kept in the
@@ -160,6 +178,8 @@ class Settings:
             raise SettingsError(f"TICKLER_CONNECT_TIMEOUT must be 0 or more seconds, not {settings.connect_timeout!r}")
         if not 0 <= settings.group_commit_ms <= 1000:
             raise SettingsError(f"TICKLER_GROUP_COMMIT_MS must be from 0 to 1000, not {settings.group_commit_ms!r}")
+        parse_networks("TICKLER_WEBHOOK_ALLOW_NETWORKS", settings.webhook_allow_networks)
+        parse_networks("TICKLER_WEBHOOK_DENY_NETWORKS", settings.webhook_deny_networks)
         for name, url in (
             ("TICKLER_DATABASE_URL", settings.database_url),
             ("TICKLER_READ_DATABASE_URL", settings.read_database_url),
@@ -177,3 +197,19 @@ class Settings:
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def parse_networks(name: str, raw: str) -> tuple[Network, ...]:
+    """A comma-separated list of CIDR ranges (`10.0.0.0/8, fd00::/8`; a bare address is its own
+    range); a SettingsError naming the variable `name` for anything else."""
+    found: list[Network] = []
+    for part in raw.split(","):
+        if not part.strip():
+            continue
+        try:
+            found.append(ipaddress.ip_network(part.strip(), strict=False))
+        except ValueError:
+            raise SettingsError(
+                f"{name} must be comma-separated CIDR ranges (10.0.0.0/8), not {part.strip()!r}"
+            ) from None
+    return tuple(found)

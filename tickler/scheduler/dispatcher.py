@@ -3,8 +3,9 @@
 One claim loop per process, never holding a transaction while delivering:
 
     wake-up (NOTIFY, next due time, safety poll) -> claim (batch, per queue; waiting.py)
-    -> deliver (thread pool, bounded per queue) -> finish (finisher.py: acks batched into one
-    statement, failures with backoff)
+    -> deliver (webhooks: tasks on one event loop thread, delivery/loop.py; in-process handlers:
+    a thread pool; both bounded per queue and per process) -> finish (finisher.py: acks batched
+    into one statement, failures with backoff)
 
 APScheduler runs the periodic jobs (the safety poll, the lease keeper's heartbeat and reaper in
 lease_keeper.py, recurring schedules); the claim loop is a plain thread, so a wake-up is never
@@ -28,7 +29,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from tickler.config import WorkerSettings
 from tickler.scheduler import erasing, history, metrics, recurring, statistics, tracing
 from tickler.scheduler.db import unavailable_reason
-from tickler.scheduler.delivery import Dead, Delivered, Deliverer, Failed, Outcome
+from tickler.scheduler.delivery import AsyncDeliverer, Dead, Delivered, Deliverer, Failed, Outcome
+from tickler.scheduler.delivery.loop import LoopThread
 from tickler.scheduler.finisher import Finisher
 from tickler.scheduler.lease_keeper import LeaseKeeper
 from tickler.scheduler.models import Lease, Queue
@@ -65,7 +67,7 @@ class Dispatcher:
         config: DispatcherConfig,
         *,
         deliverers: Mapping[str, Deliverer] | None = None,
-        webhook: Deliverer | None = None,
+        webhook: AsyncDeliverer | None = None,
         secret_key: str = "",
     ) -> None:
         """`deliverers` maps queue names to their in-process deliverer; `webhook`, when given,
@@ -89,6 +91,10 @@ class Dispatcher:
         self._lateness: dict[str, Any] = {}
         self._lock = threading.Condition()
         self._in_flight: dict[str, int] = {}
+        # Deliveries claimed and not yet returned, across queues: on threads, on the event loop.
+        self._threaded = 0
+        self._looped = 0
+        self._loop = LoopThread() if webhook is not None else None
         self._not_started: set[str] = set()
         self._running = 0
         self._stopping = threading.Event()
@@ -122,6 +128,8 @@ class Dispatcher:
         self._every(erasing.periodic(self.eraser), erasing.INTERVAL_SECONDS, "erasures", at_start=True)
         self._scheduler.start()
         self.finisher.start()
+        if self._loop is not None:
+            self._loop.start()
         self._claimer.start()
         for n in range(self.config.concurrency):
             threading.Thread(target=self._delivery_loop, name=f"tickler-deliver-{n}", daemon=True).start()
@@ -165,6 +173,10 @@ class Dispatcher:
             # Deliveries still running when the grace period ends die with this process: give
             # their leases back so the events are claimable now, not when the leases expire.
             self._release(stuck, "running_leases_released")
+        if self._loop is not None:
+            # Requests still waiting end here (their leases were just given back) and record no
+            # outcome; the client's connections close.
+            self._loop.stop(self.webhook.aclose if self.webhook is not None else None)
         self._claimer.join(timeout=max(0.1, deadline - time.monotonic()) + 5)
         self.finisher.stop(timeout=max(0.1, deadline - time.monotonic()) + 5)
         # idle delivery threads end; hung ones die with the process
@@ -207,18 +219,25 @@ class Dispatcher:
             self._routes = _Routes(queues, time.monotonic())
         return self._routes.queues
 
-    def _free_locked(self, queue: str) -> int:
-        total = sum(self._in_flight.values())
-        return max(
-            0, min(self.config.queue_concurrency - self._in_flight.get(queue, 0), self.config.concurrency - total)
-        )
+    def _looped_queue(self, queue: Queue) -> bool:
+        """Whether this queue's deliveries run on the event loop (webhooks), not on threads."""
+        return self.webhook is not None and queue.name not in self.deliverers and queue.delivery_mode == "webhook"
 
-    @property
-    def _claim_threshold(self) -> int:
+    def _caps(self, queue: Queue) -> tuple[int, int, int]:
+        """(this queue's cap, the process's cap, the process's count) for the queue's kind of delivery."""
+        if self._looped_queue(queue):
+            return self.config.webhook_queue_concurrency, self.config.webhook_concurrency, self._looped
+        return self.config.queue_concurrency, self.config.concurrency, self._threaded
+
+    def _free_locked(self, queue: Queue) -> int:
+        per_queue, per_process, running = self._caps(queue)
+        return max(0, min(per_queue - self._in_flight.get(queue.name, 0), per_process - running))
+
+    def _claim_threshold(self, queue: Queue) -> int:
         """Claim for a queue with deliveries in progress only once this many slots are free:
         claims (and their acks) then carry whole batches instead of the one or two slots the
         last delivery freed — each transaction costs a WAL flush."""
-        return max(1, min(self.config.batch_size, self.config.queue_concurrency) // 2)
+        return max(1, min(self.config.batch_size, self._caps(queue)[0]) // 2)
 
     def _claim_loop(self) -> None:
         """The wait-for-work loop (waiting.py) over every queue this dispatcher serves."""
@@ -238,9 +257,9 @@ class Dispatcher:
                     if queue.paused:
                         continue  # resuming it notifies its settings change, which wakes this loop
                     with self._lock:
-                        free = self._free_locked(queue.name)
+                        free = self._free_locked(queue)
                         busy = self._in_flight.get(queue.name, 0) > 0
-                    if free <= 0 or (busy and free < self._claim_threshold):
+                    if free <= 0 or (busy and free < self._claim_threshold(queue)):
                         continue  # a delivery finishing will wake this loop
                     claim_started = time.time_ns()
                     claim = self.store.leases.claim_within_limits(
@@ -279,17 +298,26 @@ class Dispatcher:
 
     def _submit(self, queue: Queue, leases: list[Lease]) -> None:
         claimed_at = time.monotonic()
+        looped = self._looped_queue(queue)
         with self._lock:
             stopping = self._stopping.is_set()
             if not stopping:
                 self._in_flight[queue.name] = self._in_flight.get(queue.name, 0) + len(leases)
+                if looped:
+                    self._looped += len(leases)
+                else:
+                    self._threaded += len(leases)
                 self._not_started.update(lease.lease_id for lease in leases)
         if stopping:
             # Claimed while stop() was giving back the leases not started: it did not see these,
             # and no delivery thread will start them; give them back too, or they wait for expiry.
             self._release([lease.lease_id for lease in leases], "leases_released")
             return
-        self._work.put_many([(queue, lease, claimed_at) for lease in leases])
+        if looped:
+            assert self._loop is not None
+            self._loop.submit([self._deliver_on_loop(queue, lease, claimed_at) for lease in leases])
+        else:
+            self._work.put_many([(queue, lease, claimed_at) for lease in leases])
 
     # -- delivering -------------------------------------------------------------------------------
 
@@ -297,33 +325,16 @@ class Dispatcher:
         while (item := self._work.get()) is not None:
             self._deliver(*item)
 
-    def _deliverer(self, queue: Queue) -> Deliverer | None:
-        found = self.deliverers.get(queue.name)
-        if found is None and queue.delivery_mode == "webhook":
-            found = self.webhook
-        return found
-
     def _deliver(self, queue: Queue, lease: Lease, claimed_at: float) -> None:
-        with self._lock:
-            if self._stopping.is_set():
-                return  # stop() gives this lease back
-            self._not_started.discard(lease.lease_id)
-            self._running += 1
-        self.keeper.track(lease.lease_id, claimed_at=claimed_at, seconds=queue.lease_seconds)
+        """An in-process handler's delivery, on a delivery thread."""
+        if not self._starting(queue, lease, claimed_at):
+            return
+        outcome: Outcome | None = None
         try:
-            started = time.monotonic()
-            lateness_of = self._lateness.get(queue.name)
-            if lateness_of is None:
-                lateness_of = self._lateness.setdefault(queue.name, metrics.LATENESS.labels(queue.name))
-            for event in lease.events:
-                if event.claimed_on is not None:
-                    lateness = (event.claimed_on - event.schedule_on).total_seconds() + (started - claimed_at)
-                    lateness_of.observe(max(0.0, lateness))
-            deliverer = self._deliverer(queue)
-            outcome: Outcome
-            # The attempt's span: current while delivering (a webhook request carries it, an
-            # in-process handler runs inside it); a single event's continues its producer's trace.
+            # The attempt's span: current while the handler runs (its spans are children); a
+            # single event's continues its producer's trace.
             with _attempt_span(queue.name, lease) as attempt:
+                deliverer = self.deliverers.get(queue.name)
                 if deliverer is None:
                     outcome = Failed("no deliverer for this queue in this worker")
                 else:
@@ -332,25 +343,80 @@ class Dispatcher:
                     except Exception as error:  # a deliverer's own bug must not lose the lease
                         log.exception("deliverer_error", queue=queue.name)
                         outcome = Failed(f"{type(error).__name__}: {error}")
-                if isinstance(outcome, Delivered):
-                    attempt.set(tickler__outcome="delivered")
-                elif isinstance(outcome, (Failed, Dead)):  # not a deliverer's bug (no outcome at all)
-                    kind = "dead" if isinstance(outcome, Dead) else "failed"
-                    attempt.set(tickler__outcome=kind)
-                    attempt.fail(outcome.error, kind)
-            self.finisher.put(queue.name, lease, outcome, attempt.context)
+                _mark(attempt, outcome)
         finally:
-            self.keeper.untrack(lease.lease_id)
-            with self._lock:
-                self._running -= 1
-                # The slot is free once the delivery returned, not once its outcome is written:
-                # the finisher's batched acks then never hold the next claim back.
-                before = self._free_locked(queue.name)
-                self._in_flight[queue.name] = self._in_flight.get(queue.name, 0) - 1
-                crossed = before < self._claim_threshold <= self._free_locked(queue.name)
-                self._lock.notify_all()
-            if crossed or self._in_flight.get(queue.name, 0) == 0:
-                self.listener.poke(queue.name)  # enough room for a claim again
+            self._finished(queue, lease, outcome, attempt.context if outcome is not None else None, looped=False)
+
+    async def _deliver_on_loop(self, queue: Queue, lease: Lease, claimed_at: float) -> None:
+        """A webhook's delivery, a task on the event loop: the same steps, awaiting the request."""
+        if not self._starting(queue, lease, claimed_at):
+            return
+        outcome: Outcome | None = None
+        try:
+            with _attempt_span(queue.name, lease) as attempt:  # current in this task: the request carries it
+                assert self.webhook is not None
+                try:
+                    outcome = await self.webhook.deliver(queue, lease)
+                except Exception as error:  # a deliverer's own bug must not lose the lease
+                    log.exception("deliverer_error", queue=queue.name)
+                    outcome = Failed(f"{type(error).__name__}: {error}")
+                _mark(attempt, outcome)
+        finally:
+            # Cancelled (stop() after the grace period): no outcome; stop() gave the lease back.
+            self._finished(queue, lease, outcome, attempt.context if outcome is not None else None, looped=True)
+
+    def _starting(self, queue: Queue, lease: Lease, claimed_at: float) -> bool:
+        """A delivery begins: count it running, keep its lease alive, observe its lateness.
+        False when the dispatcher is stopping (stop() gives the lease back)."""
+        with self._lock:
+            if self._stopping.is_set():
+                return False
+            self._not_started.discard(lease.lease_id)
+            self._running += 1
+        self.keeper.track(lease.lease_id, claimed_at=claimed_at, seconds=queue.lease_seconds)
+        started = time.monotonic()
+        lateness_of = self._lateness.get(queue.name)
+        if lateness_of is None:
+            lateness_of = self._lateness.setdefault(queue.name, metrics.LATENESS.labels(queue.name))
+        for event in lease.events:
+            if event.claimed_on is not None:
+                lateness = (event.claimed_on - event.schedule_on).total_seconds() + (started - claimed_at)
+                lateness_of.observe(max(0.0, lateness))
+        return True
+
+    def _finished(
+        self, queue: Queue, lease: Lease, outcome: Outcome | None, trace: TraceContext | None, *, looped: bool
+    ) -> None:
+        """A delivery returned (`outcome`) or was cut short (None): hand the outcome to the
+        finisher and free its slot."""
+        if outcome is not None:
+            self.finisher.put(queue.name, lease, outcome, trace)
+        self.keeper.untrack(lease.lease_id)
+        with self._lock:
+            self._running -= 1
+            # The slot is free once the delivery returned, not once its outcome is written:
+            # the finisher's batched acks then never hold the next claim back.
+            before = self._free_locked(queue)
+            self._in_flight[queue.name] = self._in_flight.get(queue.name, 0) - 1
+            if looped:
+                self._looped -= 1
+            else:
+                self._threaded -= 1
+            threshold = self._claim_threshold(queue)
+            crossed = before < threshold <= self._free_locked(queue)
+            self._lock.notify_all()
+        if crossed or self._in_flight.get(queue.name, 0) == 0:
+            self.listener.poke(queue.name)  # enough room for a claim again
+
+
+def _mark(attempt: tracing.Span, outcome: Outcome) -> None:
+    """The attempt's span says how it ended."""
+    if isinstance(outcome, Delivered):
+        attempt.set(tickler__outcome="delivered")
+    elif isinstance(outcome, (Failed, Dead)):  # not a deliverer's bug (no outcome at all)
+        kind = "dead" if isinstance(outcome, Dead) else "failed"
+        attempt.set(tickler__outcome=kind)
+        attempt.fail(outcome.error, kind)
 
 
 class _WorkQueue(Generic[T]):

@@ -9,7 +9,6 @@ import time
 import structlog
 
 from tickler.scheduler.db import unavailable_reason
-from tickler.scheduler.errors import StaleLease
 from tickler.scheduler.store import Store
 from tickler.scheduler.wakeup import WakeupListener
 
@@ -40,25 +39,32 @@ class LeaseKeeper:
 
     def heartbeat(self) -> None:
         """Extend the leases of deliveries still running at half their length, so that a handler
-        or a receiver slower than the lease is not delivered a second time elsewhere meanwhile."""
+        or a receiver slower than the lease is not delivered a second time elsewhere meanwhile.
+        One statement per lease length: a worker may wait on a thousand slow requests at once."""
         now = time.monotonic()
+        due: dict[float, list[str]] = {}
         with self._lock:
-            due = [(lease_id, seconds) for lease_id, (at, seconds) in self._running.items() if at <= now]
-        for lease_id, seconds in due:
+            for lease_id, (at, seconds) in self._running.items():
+                if at <= now:
+                    due.setdefault(seconds, []).append(lease_id)
+        for seconds, lease_ids in due.items():
             try:
-                self.store.leases.extend(lease_id, seconds=seconds)
-                next_at = time.monotonic() + seconds / 2
-            except StaleLease:
-                log.warning("heartbeat_on_stale_lease", lease_id=lease_id)
-                next_at = float("inf")  # lost: its outcome will be refused as stale
+                live = self.store.leases.extend_many(lease_ids, seconds=seconds)
             except Exception as error:
                 if unavailable_reason(error) is None:
                     raise
                 log.warning("heartbeat_database_error", error=str(error).splitlines()[0])
                 return
+            next_at = time.monotonic() + seconds / 2
             with self._lock:
-                if lease_id in self._running:
-                    self._running[lease_id] = (next_at, seconds)
+                for lease_id in lease_ids:
+                    if lease_id not in self._running:
+                        continue  # finished meanwhile
+                    if lease_id in live:
+                        self._running[lease_id] = (next_at, seconds)
+                    else:
+                        log.warning("heartbeat_on_stale_lease", lease_id=lease_id)
+                        self._running[lease_id] = (float("inf"), seconds)  # lost: its outcome will be refused as stale
 
     def reap(self) -> None:
         """End expired leases (every queue): their events are claimable again, or dead."""

@@ -689,6 +689,17 @@ WHERE e.id = ANY(ARRAY(SELECT l.event_id FROM tickler_lease AS l WHERE l.lease_i
   AND e.lease_id = CAST(:lease_id AS uuid) AND e.outcome IS NULL AND e.lease_expires_on > clock.now  -- see ack
 RETURNING e.lease_expires_on, e.queue;
 
+-- name: extend_leases
+-- Push live leases' expiry to :seconds from now in one statement (a worker's heartbeat over every
+-- delivery it is waiting on); returns the ids of those still live.
+WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now)
+UPDATE tickler_event AS e
+SET lease_expires_on = clock.now + make_interval(secs => :seconds)
+FROM clock
+WHERE e.id = ANY(ARRAY(SELECT l.event_id FROM tickler_lease AS l WHERE l.lease_id = ANY(CAST(:lease_ids AS uuid[]))))
+  AND e.lease_id = ANY(CAST(:lease_ids AS uuid[])) AND e.outcome IS NULL AND e.lease_expires_on > clock.now  -- see ack
+RETURNING e.lease_id;
+
 -- name: release_leases
 -- Give live leases back unfinished (a worker shutting down): the events are claimable at once,
 -- and since no attempt was made, no redelivery is counted.

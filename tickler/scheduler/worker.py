@@ -32,6 +32,7 @@ import structlog
 from tickler.config import Settings
 from tickler.scheduler.db import DATABASE_ERRORS, create_engine, driver_rows, resolve_database_url
 from tickler.scheduler.delivery import Deliverer
+from tickler.scheduler.delivery.destinations import DestinationPolicy
 from tickler.scheduler.delivery.handlers import EventHandler, GroupHandler, HandlerDeliverer, Handlers
 from tickler.scheduler.delivery.webhook import WebhookDeliverer
 from tickler.scheduler.dispatcher import Dispatcher, DispatcherConfig
@@ -124,7 +125,9 @@ class Worker:
             WakeupListener(url, connect_timeout=self.settings.connect_timeout),
             DispatcherConfig(worker_name=self.name, **(asdict(self.settings.worker) | self._config)),
             deliverers=deliverers,
-            webhook=WebhookDeliverer() if self.deliver_webhooks else None,
+            webhook=WebhookDeliverer(policy=DestinationPolicy.from_settings(self.settings))
+            if self.deliver_webhooks
+            else None,
             secret_key=self.settings.secret_key,
         ).start()
         return self._dispatcher

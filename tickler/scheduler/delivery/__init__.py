@@ -32,4 +32,14 @@ Outcome = Delivered | Failed | Dead
 
 
 class Deliverer(Protocol):
+    """Delivers on the calling thread (in-process handlers: a delivery thread each)."""
+
     def deliver(self, queue: Queue, lease: Lease) -> Outcome: ...
+
+
+class AsyncDeliverer(Protocol):
+    """Delivers on the dispatcher's event loop (webhooks: many requests in flight on one thread)."""
+
+    async def deliver(self, queue: Queue, lease: Lease) -> Outcome: ...
+
+    async def aclose(self) -> None: ...

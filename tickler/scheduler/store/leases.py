@@ -378,6 +378,13 @@ class LeaseStore(EngineStore):
         expires: datetime = rows[0]["lease_expires_on"]
         return expires
 
+    def extend_many(self, lease_ids: Sequence[str], *, seconds: float, now: datetime | None = None) -> set[str]:
+        """Keep live leases for `seconds` more from now, in one statement; return those still live."""
+        if not lease_ids:
+            return set()
+        rows = self.rows("extend_leases", {"lease_ids": list(lease_ids), "seconds": seconds, "now": now}, tuples=True)
+        return {str(row[0]) for row in rows}
+
     def release(self, lease_ids: Sequence[str], *, actor: str, now: datetime | None = None) -> int:
         """Give live leases back unfinished; their events are claimable at once."""
         if not lease_ids:
