@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from tickler.commands.arguments import check_queue_name
+from tickler.commands.arguments import check_queue_name, command_actor
 from tickler.commands.output import age, print_fields, print_json, print_table
 from tickler.scheduler.errors import NotFound
 
@@ -35,9 +35,9 @@ def run(store: Store, args: argparse.Namespace) -> int:
         return _list(store)
     check_queue_name(args.queue)
     if args.action == "pause":
-        store.queues.pause(args.queue)
+        store.queues.pause(args.queue, actor=command_actor())
     elif args.action == "resume":
-        store.queues.resume(args.queue)
+        store.queues.resume(args.queue, actor=command_actor())
     return _show(store, args.queue, args.json)
 
 

@@ -26,7 +26,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from tickler.config import WorkerSettings
-from tickler.scheduler import history, metrics, recurring, statistics, tracing
+from tickler.scheduler import history, metrics, recurring, statistics, tracing, upkeep
 from tickler.scheduler.db import unavailable_reason
 from tickler.scheduler.delivery import Dead, Delivered, Deliverer, Failed, Outcome
 from tickler.scheduler.finisher import Finisher
@@ -47,6 +47,8 @@ class DispatcherConfig(WorkerSettings):
     """A dispatcher's name and its tuning knobs (their meanings and defaults: config.WorkerSettings)."""
 
     worker_name: str
+    # Days the operations log keeps its entries (TICKLER_AUDIT_RETENTION_DAYS).
+    audit_retention_days: int = 365
 
 
 @dataclass
@@ -114,6 +116,13 @@ class Dispatcher:
         )
         # History partitions: once at start (a worker that was down for days), then now and then.
         self._every(history.periodic(self.store), history.INTERVAL_SECONDS, "history_maintenance", at_start=True)
+        # The operations log's retention and the upcoming-load counters' folding, as rarely.
+        self._every(
+            upkeep.periodic(self.store, self.config.audit_retention_days),
+            upkeep.INTERVAL_SECONDS,
+            "operations_upkeep",
+            at_start=True,
+        )
         self._scheduler.start()
         self.finisher.start()
         self._claimer.start()

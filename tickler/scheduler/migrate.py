@@ -44,7 +44,15 @@ _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 SCHEMA_FILE = "schema.sql"
 # The code files in the order a new database needs them: a view or trigger of one file may call
 # the functions of an earlier one (function bodies are not checked while they are applied).
-CODE_FILES = ("counters.sql", "finishing.sql", "claiming.sql", "history.sql", "event_triggers.sql", "writing.sql")
+CODE_FILES = (
+    "counters.sql",
+    "finishing.sql",
+    "claiming.sql",
+    "history.sql",
+    "event_triggers.sql",
+    "writing.sql",
+    "operations_log.sql",
+)
 
 _LEDGER_DDL = """
 CREATE TABLE IF NOT EXISTS tickler_migration (

@@ -109,7 +109,14 @@ class Worker:
         self._dispatcher = Dispatcher(
             Store(self._engine),
             WakeupListener(url),
-            DispatcherConfig(worker_name=self.name, **(asdict(self.settings.worker) | self._config)),
+            DispatcherConfig(
+                worker_name=self.name,
+                **(
+                    asdict(self.settings.worker)
+                    | {"audit_retention_days": self.settings.audit_retention_days}
+                    | self._config
+                ),
+            ),
             deliverers=deliverers,
             webhook=WebhookDeliverer() if self.deliver_webhooks else None,
         ).start()
