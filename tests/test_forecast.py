@@ -1,0 +1,102 @@
+"""Upcoming load (SPEC §7): the forecast of a queue equals a brute-force count of its pending
+events by when they fall due, through reschedules and cancels that move events between buckets,
+and deliveries and deaths that take them out; bad arguments are 400 problems."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+
+from tests.conftest import auth
+from tickler.scheduler.models import NewEvent, Queue
+from tickler.scheduler.store import EventChanges, Store
+from tickler.scheduler.store.forecast import BUCKETS, Forecast
+
+NOW = datetime.now(UTC).replace(second=30, microsecond=0)
+
+
+def brute_force(raw: psycopg.Connection[Any], queue: str, found: Forecast, bucket: str, now: datetime) -> Forecast:
+    """The same forecast, counted row by row."""
+    width = BUCKETS[bucket]
+    rows = raw.execute(
+        "SELECT schedule_on FROM tickler_event WHERE queue = %s AND dequeued_on IS NULL AND schedule_on >= %s",
+        [queue, now],
+    ).fetchall()
+    end = found.buckets[-1].start + width
+    counts = {b.start: 0 for b in found.buckets}
+    later = 0
+    for (at,) in rows:
+        if at >= end:
+            later += 1
+        else:
+            counts[max(s for s in counts if s <= at)] += 1
+    return Forecast([type(found.buckets[0])(s, n) for s, n in counts.items()], later, True)
+
+
+def seed(store: Store, queue: Queue, offsets_minutes: list[float]) -> None:
+    events = [
+        NewEvent(item_key=f"k{n}", data={}, schedule_on=NOW + timedelta(minutes=m)) for n, m in enumerate(offsets_minutes)
+    ]
+    store.events.schedule_batch(queue, events, actor="test")
+
+
+@pytest.mark.parametrize("bucket", ["minute", "hour"])
+def test_the_forecast_equals_a_brute_force_count_through_moves_and_finishes(
+    bucket: str, store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    queue = make_queue("jobs", max_attempts=1)
+    # Due already (the first minute's earlier seconds too), in the window, at its edge, later.
+    offsets = [-90, -0.4, -0.1, 0.2, 0.4, 1, 2.5, 59, 61, 119, 23 * 60, 24 * 60 - 1, 24 * 60 + 1, 50 * 60, 9000]
+    seed(store, queue, offsets)
+    other = make_queue("other")
+    seed(store, other, [1, 2, 3])  # another queue's events are not this one's load
+
+    def check(now: datetime = NOW) -> None:
+        found = store.forecasts.forecast("jobs", hours=24, bucket=bucket, now=now)
+        assert found.exact
+        assert len(found.buckets) == (24 * 60 if bucket == "minute" else 24)
+        assert found == brute_force(raw, "jobs", found, bucket, now)
+
+    check()
+    # Reschedules move events between buckets, and out to later and back.
+    store.events.change("jobs", "k3", EventChanges(schedule_on=NOW + timedelta(minutes=300)), actor="t")
+    store.events.change("jobs", "k12", EventChanges(schedule_on=NOW + timedelta(minutes=5)), actor="t")
+    store.events.change("jobs", "k6", EventChanges(schedule_on=NOW + timedelta(days=30)), actor="t")
+    check()
+    # A cancel takes an event out.
+    store.events.cancel("jobs", "k7", actor="t")
+    check()
+    # Delivered and dead events leave it: claim what is due at a later clock, ack one, fail the other.
+    later = NOW + timedelta(minutes=3)
+    leases = store.leases.claim(queue, worker="w", limit=100, now=later)
+    assert len(leases) >= 2
+    store.leases.ack([leases[0].lease_id], now=later)
+    store.leases.nack(leases[1].lease_id, error="boom", dead=True, now=later)
+    check(later)
+    # The counters' slots folded together change nothing.
+    store.forecasts.fold()
+    check(later)
+
+
+def test_the_api_answers_the_forecast_and_refuses_bad_arguments(
+    client: FlaskClient, token: str, emails: str, store: Store
+) -> None:
+    seed(store, store.queues.get(emails), [5, 90, 100 * 60])
+    found = client.get("/v1/queues/emails/forecast?hours=2&bucket=hour", headers=auth(token)).json
+    assert [b["count"] for b in found["buckets"]] == [1, 1] or [b["count"] for b in found["buckets"]] == [2, 0]
+    assert found["later"] == 1 and found["exact"] is True
+    assert found["buckets"][0]["from"].endswith(":00:00Z")
+    default = client.get("/v1/queues/emails/forecast", headers=auth(token)).json
+    assert len(default["buckets"]) == 24
+    for query, field in [("hours=0", "hours"), ("hours=169", "hours"), ("bucket=day", "bucket"), ("hours=x", "hours")]:
+        response = client.get(f"/v1/queues/emails/forecast?{query}", headers=auth(token))
+        assert response.status_code == 400, query
+        assert response.content_type == "application/problem+json"
+        assert field in json.dumps(response.json)
+    assert client.get("/v1/queues/nope/forecast", headers=auth(token)).status_code == 404
