@@ -40,9 +40,8 @@ def brute_force(raw: psycopg.Connection[Any], queue: str, found: Forecast, bucke
 
 
 def seed(store: Store, queue: Queue, offsets_minutes: list[float]) -> None:
-    events = [
-        NewEvent(item_key=f"k{n}", data={}, schedule_on=NOW + timedelta(minutes=m)) for n, m in enumerate(offsets_minutes)
-    ]
+    at = [NOW + timedelta(minutes=m) for m in offsets_minutes]
+    events = [NewEvent(item_key=f"k{n}", data={}, schedule_on=when) for n, when in enumerate(at)]
     store.events.schedule_batch(queue, events, actor="test")
 
 

@@ -73,6 +73,15 @@ def _json(store: Store, name: str, gauges: QueueGauges | None) -> dict[str, obje
     return body
 
 
+def _upcoming(store: Store, name: str) -> str:
+    """The forecast in one line: pending events falling due in the next 24 hours, hour by hour."""
+    found = store.forecasts.forecast(name, hours=24, bucket="hour")
+    soon = sum(b.count for b in found.buckets)
+    hours = " ".join(str(b.count) for b in found.buckets)
+    estimate = "" if found.exact else " (estimate)"
+    return f"{soon} pending falling due (by hour: {hours}); {found.later} later{estimate}"
+
+
 def _show(store: Store, name: str, as_json: bool) -> int:
     found = store.queues.gauges([name])
     if not found:
@@ -100,6 +109,7 @@ def _show(store: Store, name: str, as_json: bool) -> int:
             ),
             *((status, n) for status, n in counts.items()),
             ("oldest due", age(gauges.oldest_due_age_seconds) if gauges.due else "-"),
+            ("next 24 h", _upcoming(store, name)),
             ("created", queue.created_on),
             ("updated", queue.updated_on),
         ]

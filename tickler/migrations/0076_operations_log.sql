@@ -16,16 +16,19 @@ CREATE TABLE tickler_operation_log (
 CREATE INDEX tickler_operation_log_queue ON tickler_operation_log (queue, id);
 CREATE INDEX tickler_operation_log_at ON tickler_operation_log (at);
 
--- Upcoming load (SPEC §7): the open events of each queue by the minute (UTC) they fall due, kept
--- by the statement triggers of tickler_event like tickler_queue_count, so that a forecast reads a
--- few rows per minute instead of counting events. Each backend writes its own slot; readers add
--- the slots up; the dispatcher's maintenance folds the slots of past minutes together.
+-- Upcoming load (SPEC §7): the open events of each queue by the hour (UTC) they fall due, and
+-- within it by minute (`minutes`: 60 counts), kept by the statement triggers of tickler_event like
+-- tickler_queue_count, so that a forecast reads a row per hour instead of counting events, and a
+-- statement writes a row per hour its events fall due in. Each backend writes its own slot;
+-- readers add the slots up; the dispatcher's upkeep folds them together.
 CREATE TABLE tickler_due_count (
-    queue   text NOT NULL,
-    minute  timestamptz NOT NULL,
-    slot    integer NOT NULL,
-    n       bigint NOT NULL,
-    CONSTRAINT tickler_due_count_pkey PRIMARY KEY (queue, minute, slot)
+    queue    text NOT NULL,
+    hour     timestamptz NOT NULL,
+    slot     integer NOT NULL,
+    n        bigint NOT NULL,
+    minutes  bigint[] NOT NULL,
+    CONSTRAINT tickler_due_count_minutes_check CHECK (cardinality(minutes) = 60),
+    CONSTRAINT tickler_due_count_pkey PRIMARY KEY (queue, hour, slot)
 )
 WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from flask import Blueprint, Flask, render_template
 from werkzeug.exceptions import HTTPException
 
-from tickler.api.ui import actions, pages, schedules, session, settings, tokens, traces
+from tickler.api.ui import actions, oplog, pages, schedules, session, settings, tokens, traces
 from tickler.scheduler.errors import Invalid, NotFound, TicklerError
 
 bp = Blueprint(
@@ -28,6 +28,7 @@ schedules.install(bp)
 settings.install(bp)
 tokens.install(bp)
 traces.install(bp)
+oplog.install(bp)
 pages.install(bp)  # last: its catch-all answers the paths no other page has
 
 

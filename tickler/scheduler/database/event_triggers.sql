@@ -18,10 +18,9 @@ BEGIN
     SELECT queue, coalesce(outcome, 'open'), pg_backend_pid() % 64, count(*)
     FROM new_rows GROUP BY 1, 2 ORDER BY 1, 2
     ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
-    INSERT INTO tickler_due_count AS c (queue, minute, slot, n)
-    SELECT queue, tickler_due_minute(schedule_on), pg_backend_pid() % 16, count(*)
-    FROM new_rows WHERE outcome IS NULL GROUP BY 1, 2 ORDER BY 1, 2
-    ON CONFLICT (queue, minute, slot) DO UPDATE SET n = c.n + excluded.n;
+    PERFORM tickler_count_due(array_agg(queue), array_agg(minute), array_agg(n))
+    FROM (SELECT queue, tickler_due_minute(schedule_on) AS minute, count(*) AS n
+          FROM new_rows WHERE outcome IS NULL GROUP BY 1, 2) AS due;
     -- schedules and revivals write open, unleased rows: nothing more to do
     SELECT bool_or(lease_id IS NOT NULL AND dequeued_on IS NULL), bool_or(dequeued_on IS NOT NULL)
     INTO v_leased, v_finished
@@ -115,16 +114,17 @@ BEGIN
         ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
     END IF;
     -- The open events that moved between minutes (a reschedule, a retry's backoff), queues or out
-    -- of the open set: a claim or an extension moves none, and the upsert then has no row to write.
-    INSERT INTO tickler_due_count AS c (queue, minute, slot, n)
-    SELECT queue, minute, pg_backend_pid() % 16, sum(delta)
+    -- of the open set: a claim or an extension moves none, and nothing is written then.
+    PERFORM tickler_count_due(array_agg(queue), array_agg(minute), array_agg(n))
     FROM (
-        SELECT queue, tickler_due_minute(schedule_on) AS minute, 1 AS delta FROM new_rows WHERE outcome IS NULL
-        UNION ALL
-        SELECT queue, tickler_due_minute(schedule_on), -1 FROM old_rows WHERE outcome IS NULL
-    ) AS changes
-    GROUP BY 1, 2 HAVING sum(delta) <> 0 ORDER BY 1, 2
-    ON CONFLICT (queue, minute, slot) DO UPDATE SET n = c.n + excluded.n;
+        SELECT queue, minute, sum(delta) AS n
+        FROM (
+            SELECT queue, tickler_due_minute(schedule_on) AS minute, 1 AS delta FROM new_rows WHERE outcome IS NULL
+            UNION ALL
+            SELECT queue, tickler_due_minute(schedule_on), -1 FROM old_rows WHERE outcome IS NULL
+        ) AS changes
+        GROUP BY 1, 2 HAVING sum(delta) <> 0
+    ) AS due;
 
     IF v_old_leased AND v_rows > 8 THEN
         -- Rows that had a lease, in a statement of more than a few rows (the reaper, a release or
@@ -198,10 +198,9 @@ BEGIN
     SELECT queue, coalesce(outcome, 'open'), pg_backend_pid() % 64, -count(*)
     FROM old_rows GROUP BY 1, 2 ORDER BY 1, 2
     ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
-    INSERT INTO tickler_due_count AS c (queue, minute, slot, n)
-    SELECT queue, tickler_due_minute(schedule_on), pg_backend_pid() % 16, -count(*)
-    FROM old_rows WHERE outcome IS NULL GROUP BY 1, 2 ORDER BY 1, 2
-    ON CONFLICT (queue, minute, slot) DO UPDATE SET n = c.n + excluded.n;
+    PERFORM tickler_count_due(array_agg(queue), array_agg(minute), array_agg(n))
+    FROM (SELECT queue, tickler_due_minute(schedule_on) AS minute, -count(*) AS n
+          FROM old_rows WHERE outcome IS NULL GROUP BY 1, 2) AS due;
     SELECT count(*) INTO v_leased FROM old_rows WHERE lease_id IS NOT NULL;
     IF v_leased > 64 THEN
         EXECUTE 'DELETE FROM tickler_lease AS l USING old_rows AS o

@@ -1,6 +1,7 @@
--- Upcoming load: the minute an open event falls due, as tickler_due_count keeps it (the event
--- triggers of event_triggers.sql write it), the maintenance that keeps that table small, and its
--- first count from the events.
+-- Upcoming load: tickler_due_count, the open events of each queue by the hour (UTC) they fall
+-- due and by minute within it, which the event triggers of event_triggers.sql keep through
+-- tickler_count_due; the upkeep that folds its slots together; and its first count from the
+-- events.
 --
 -- Every file of scheduler/database/ but schema.sql is applied again by `tickler migrate` whenever
 -- its text changes. Each definition is CREATE OR REPLACE; a changed signature or return type needs
@@ -13,44 +14,87 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT date_trunc('minute', at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
 $$;
 
--- The slots of each minute added up into slot 0, and the minutes left at zero removed (a minute
--- whose events were all delivered): a forecast then reads about one row per minute. A writer that
+-- Sixty per-minute counts from the counts of some minutes of an hour (p_minute: 0 to 59, each once).
+CREATE OR REPLACE FUNCTION tickler_minute_counts(p_minute integer[], p_n bigint[]) RETURNS bigint[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT array_agg(coalesce(given.n, 0) ORDER BY m)
+    FROM generate_series(0, 59) AS m
+    LEFT JOIN unnest(p_minute, p_n) AS given (minute, n) ON given.minute = m
+$$;
+
+-- Two rows' per-minute counts added up, minute by minute.
+CREATE OR REPLACE FUNCTION tickler_add_minute_counts(a bigint[], b bigint[]) RETURNS bigint[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT array_agg(x + y ORDER BY i) FROM unnest(a, b) WITH ORDINALITY AS u (x, y, i)
+$$;
+
+-- Add p_n[i] open events falling due in minute p_minute[i] of queue p_queue[i] (negative: taken
+-- off), given one entry per queue and minute (NULL: nothing to do). One upsert of one row per
+-- queue and hour, in this backend's slot: a statement's cost grows with the hours its events fall
+-- due in, not with its rows.
+CREATE OR REPLACE FUNCTION tickler_count_due(p_queue text[], p_minute timestamptz[], p_n bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_queue IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO tickler_due_count AS c (queue, hour, slot, n, minutes)
+    SELECT d.queue, d.hour, pg_backend_pid() % 16, sum(d.n)::bigint, tickler_minute_counts(array_agg(d.m), array_agg(d.n))
+    FROM (
+        SELECT u.queue, date_trunc('hour', u.minute AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
+               extract(minute FROM u.minute AT TIME ZONE 'UTC')::integer AS m, u.n
+        FROM unnest(p_queue, p_minute, p_n) AS u (queue, minute, n)
+    ) AS d
+    GROUP BY 1, 2 ORDER BY 1, 2
+    ON CONFLICT (queue, hour, slot) DO UPDATE
+    SET n = c.n + excluded.n, minutes = tickler_add_minute_counts(c.minutes, excluded.minutes);
+END
+$$;
+
+-- The slots of each hour added up into slot 0, and the hours left with no event removed (an hour
+-- whose events were all delivered): a forecast then reads about one row per hour. A writer that
 -- meanwhile adds to a slot being folded waits for this statement, then inserts its slot afresh.
 -- Returns the rows removed.
 CREATE OR REPLACE FUNCTION tickler_fold_due_counts() RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_folded  bigint;
-    v_zero    bigint;
+    v_empty   bigint;
 BEGIN
     WITH folded AS (
-        DELETE FROM tickler_due_count WHERE slot <> 0 RETURNING queue, minute, n
+        DELETE FROM tickler_due_count WHERE slot <> 0 RETURNING queue, hour, minutes
+    ), per_minute AS (
+        SELECT f.queue, f.hour, u.i, sum(u.x)::bigint AS x
+        FROM folded AS f, unnest(f.minutes) WITH ORDINALITY AS u (x, i)
+        GROUP BY 1, 2, 3
     ), summed AS (
-        INSERT INTO tickler_due_count AS c (queue, minute, slot, n)
-        SELECT queue, minute, 0, sum(n) FROM folded GROUP BY 1, 2 ORDER BY 1, 2
-        ON CONFLICT (queue, minute, slot) DO UPDATE SET n = c.n + excluded.n
+        INSERT INTO tickler_due_count AS c (queue, hour, slot, n, minutes)
+        SELECT queue, hour, 0, sum(x)::bigint, array_agg(x ORDER BY i)
+        FROM per_minute GROUP BY 1, 2 ORDER BY 1, 2
+        ON CONFLICT (queue, hour, slot) DO UPDATE
+        SET n = c.n + excluded.n, minutes = tickler_add_minute_counts(c.minutes, excluded.minutes)
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM folded) - (SELECT count(*) FROM summed) INTO v_folded;
-    DELETE FROM tickler_due_count WHERE slot = 0 AND n = 0;
-    GET DIAGNOSTICS v_zero = ROW_COUNT;
-    RETURN v_folded + v_zero;
+    DELETE FROM tickler_due_count WHERE slot = 0 AND n = 0 AND minutes = array_fill(0::bigint, ARRAY[60]);
+    GET DIAGNOSTICS v_empty = ROW_COUNT;
+    RETURN v_folded + v_empty;
 END
 $$;
 
 -- The first count, once (tickler_due_count_seeded says it was made): the events written before
--- the triggers above kept the table are counted here. Applied after event_triggers.sql, so every
--- writer from now on keeps the table; the lock waits for those still at work under the former
--- triggers, and keeps new ones out while the events are counted.
+-- the triggers kept the table are counted here. Applied after event_triggers.sql, so every writer
+-- from now on keeps the table; the lock waits for those still at work under the former triggers,
+-- and keeps new ones out while the events are counted.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM tickler_due_count_seeded) THEN
         LOCK TABLE tickler_event IN SHARE MODE;
         DELETE FROM tickler_due_count;
-        INSERT INTO tickler_due_count (queue, minute, slot, n)
-        SELECT queue, tickler_due_minute(schedule_on), 0, count(*)
-        FROM tickler_event WHERE outcome IS NULL
-        GROUP BY 1, 2;
+        PERFORM tickler_count_due(array_agg(queue), array_agg(minute), array_agg(n))
+        FROM (SELECT queue, tickler_due_minute(schedule_on) AS minute, count(*) AS n
+              FROM tickler_event WHERE outcome IS NULL GROUP BY 1, 2) AS due;
+        PERFORM tickler_fold_due_counts();
         INSERT INTO tickler_due_count_seeded DEFAULT VALUES;
     END IF;
 END

@@ -502,14 +502,16 @@ CREATE INDEX tickler_operation_log_queue ON tickler_operation_log USING btree (q
 CREATE INDEX tickler_operation_log_at ON tickler_operation_log USING btree (at);
 
 
--- Open events per queue and minute (UTC) they fall due, kept by the event triggers: what a
--- forecast reads. One slot per backend, as tickler_queue_count.
+-- Open events per queue and hour (UTC) they fall due, and per minute of it (60 counts), kept by
+-- the event triggers: what a forecast reads. One slot per backend, as tickler_queue_count.
 CREATE TABLE tickler_due_count (
     queue text NOT NULL,
-    minute timestamp with time zone NOT NULL,
+    hour timestamp with time zone NOT NULL,
     slot integer NOT NULL,
     n bigint NOT NULL,
-    CONSTRAINT tickler_due_count_pkey PRIMARY KEY (queue, minute, slot)
+    minutes bigint[] NOT NULL,
+    CONSTRAINT tickler_due_count_minutes_check CHECK ((cardinality(minutes) = 60)),
+    CONSTRAINT tickler_due_count_pkey PRIMARY KEY (queue, hour, slot)
 )
 WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000');
 

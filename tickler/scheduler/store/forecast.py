@@ -2,10 +2,11 @@
 minute or an hour over the next hours, and how many fall due later.
 
 Read from tickler_due_count, which the statement triggers of tickler_event keep per queue and
-minute (UTC) as they keep the other counters: scheduling adds to an event's minute, a reschedule
-or a retry's backoff moves it to another, a delivery, a cancel or a death takes it off. So the
-forecast reads at most one row per minute of the window (after the dispatcher folds the
-per-backend slots) and never counts events; it is exact (see `exact`). SQL in `forecast.sql`."""
+hour (UTC), with the hour's 60 per-minute counts, as they keep the other counters: scheduling
+adds to an event's minute, a reschedule or a retry's backoff moves it to another, a delivery, a
+cancel or a death takes it off. So the forecast reads one row per hour of the window (after the
+dispatcher folds the per-backend slots) and never counts events; it is exact (see `exact`). SQL
+in `forecast.sql`."""
 
 from __future__ import annotations
 
@@ -55,15 +56,24 @@ class ForecastStore(EngineStore):
         start = _floor(now, width)
         count = hours * (60 if bucket == "minute" else 1)
         end = start + count * width
-        first_minute = _floor(now, BUCKETS["minute"])
-        params = {"queue": queue, "from": first_minute, "to": end, "now": now}
+        minute, hour = BUCKETS["minute"], BUCKETS["hour"]
+        first_minute = _floor(now, minute)
+        last_hour = _floor(end - minute, hour) + hour  # the hour rows that reach into the window
+        params = {"queue": queue, "from": _floor(now, hour), "to": last_hour, "minute": first_minute, "now": now}
         counts = [0] * count
         later, exact = 0, False
         for row in driver_rows(self.engine, _sql("queue_forecast"), params):
-            if row["part"] == "minute":
-                counts[(row["minute"] - start) // width] += int(row["n"])
+            if row["part"] == "hour":
+                # the first minutes of the first hour are past; the last hour may reach past the window
+                for i, n in enumerate(row["minutes"]):
+                    at = row["hour"] + i * minute
+                    if n and at >= first_minute:
+                        if at < end:
+                            counts[(at - start) // width] += n
+                        else:
+                            later += n
             elif row["part"] == "later":
-                later = int(row["n"])
+                later += int(row["n"])
             elif row["part"] == "passed":
                 counts[0] -= int(row["n"])
             else:
