@@ -245,3 +245,14 @@ def test_bad_filters_are_400_problems(client: FlaskClient, admin_token: str, que
 
 def test_the_log_is_for_admins_only(client: FlaskClient, token: str) -> None:
     assert client.get("/v1/audit", headers=auth(token)).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("query", "field"), [("queue=No%20Such", "queue"), ("actor=a%00b", "actor"), ("queue=", "queue")]
+)
+def test_filters_a_queue_or_token_cannot_have_are_400_problems(
+    client: FlaskClient, admin_token: str, query: str, field: str
+) -> None:
+    response = client.get(f"/v1/audit?{query}", headers=auth(admin_token))
+    assert response.status_code == 400
+    assert field in response.json["errors"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
-from tickler.api.patterns import CURSOR_PATTERN
+from tickler.api.patterns import CURSOR_PATTERN, QUEUE_NAME_PATTERN, TEXT_PATTERN
 from tickler.api.schemas.fields import RFC3339
 from tickler.scheduler.store.audit import ACTIONS
 from tickler.scheduler.store.forecast import BUCKETS, MAX_HOURS
@@ -13,9 +13,14 @@ from tickler.scheduler.store.forecast import BUCKETS, MAX_HOURS
 class AuditArgsSchema(Schema):
     """Query string of GET /v1/audit: every filter optional."""
 
-    queue = fields.String(validate=validate.Length(min=1, max=200), metadata={"description": "Entries of this queue."})
+    queue = fields.String(
+        validate=validate.Regexp(QUEUE_NAME_PATTERN, error="Not a queue name."),
+        metadata={"description": "Entries of this queue."},
+    )
+    # Text a token's name may hold (no NUL or control characters).
     actor = fields.String(
-        validate=validate.Length(min=1, max=200), metadata={"description": "Entries of this actor (a token's name)."}
+        validate=[validate.Length(min=1, max=200), validate.Regexp(TEXT_PATTERN, error="Not a name.")],
+        metadata={"description": "Entries of this actor (a token's name)."},
     )
     action = fields.String(validate=validate.OneOf(ACTIONS), metadata={"description": "Entries of this action."})
     since = RFC3339(metadata={"description": "Entries at or after this time (RFC 3339 with an offset)."})

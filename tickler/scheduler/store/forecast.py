@@ -60,16 +60,21 @@ class ForecastStore(EngineStore):
         first_minute = _floor(now, minute)
         last_hour = _floor(end - minute, hour) + hour  # the hour rows that reach into the window
         params = {"queue": queue, "from": _floor(now, hour), "to": last_hour, "minute": first_minute, "now": now}
+        # In minutes from `start`: the first not yet past, the window's end, a bucket's width.
+        first, stop, step = (first_minute - start) // minute, count * (width // minute), width // minute
         counts = [0] * count
         later, exact = 0, False
         for row in driver_rows(self.engine, _sql("queue_forecast"), params):
             if row["part"] == "hour":
-                # the first minutes of the first hour are past; the last hour may reach past the window
-                for i, n in enumerate(row["minutes"]):
-                    at = row["hour"] + i * minute
-                    if n and at >= first_minute:
-                        if at < end:
-                            counts[(at - start) // width] += n
+                base = (row["hour"] - start) // minute
+                if first <= base and base + 60 <= stop and step == 60:
+                    counts[base // 60] += int(row["n"])  # a whole hour of the window: its total
+                    continue
+                # a bucket per minute, or the first (partly past) or last (reaching past) hour
+                for at, n in enumerate(row["minutes"], base):
+                    if n and at >= first:
+                        if at < stop:
+                            counts[at // step] += n
                         else:
                             later += n
             elif row["part"] == "later":
