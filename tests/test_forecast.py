@@ -36,7 +36,7 @@ def brute_force(raw: psycopg.Connection[Any], queue: str, found: Forecast, bucke
             later += 1
         else:
             counts[max(s for s in counts if s <= at)] += 1
-    return Forecast([type(found.buckets[0])(s, n) for s, n in counts.items()], later, True)
+    return Forecast(found.start, width, list(counts.values()), later, True)
 
 
 def seed(store: Store, queue: Queue, offsets_minutes: list[float]) -> None:

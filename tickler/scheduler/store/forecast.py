@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import add
 
 from tickler.scheduler.db import driver_rows
 from tickler.scheduler.sql import file_queries
@@ -39,11 +40,18 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Forecast:
-    buckets: list[Bucket]
+    # the first bucket's start, each bucket's width, and its count (bucket i starts at start + i * width)
+    start: datetime
+    width: timedelta
+    counts: list[int]
     # pending events falling due after the last bucket
     later: int
     # False when the counters may lack events (written before they were first counted)
     exact: bool
+
+    @property
+    def buckets(self) -> list[Bucket]:
+        return [Bucket(self.start + i * self.width, n) for i, n in enumerate(self.counts)]
 
 
 class ForecastStore(EngineStore):
@@ -67,8 +75,11 @@ class ForecastStore(EngineStore):
         for row in driver_rows(self.engine, _sql("queue_forecast"), params):
             if row["part"] == "hour":
                 base = (row["hour"] - start) // minute
-                if first <= base and base + 60 <= stop and step == 60:
-                    counts[base // 60] += int(row["n"])  # a whole hour of the window: its total
+                if first <= base and base + 60 <= stop:  # a whole hour of the window
+                    if step == 60:
+                        counts[base // 60] += int(row["n"])  # its total
+                    else:
+                        counts[base : base + 60] = map(add, counts[base : base + 60], row["minutes"])
                     continue
                 # a bucket per minute, or the first (partly past) or last (reaching past) hour
                 for at, n in enumerate(row["minutes"], base):
@@ -83,7 +94,7 @@ class ForecastStore(EngineStore):
                 counts[0] -= int(row["n"])
             else:
                 exact = bool(row["n"])
-        return Forecast([Bucket(start + i * width, n) for i, n in enumerate(counts)], later, exact)
+        return Forecast(start, width, counts, later, exact)
 
     def fold(self) -> int:
         """Fold the counters' per-backend slots together; returns the rows removed."""
