@@ -107,3 +107,37 @@ def test_the_api_answers_the_forecast_and_refuses_bad_arguments(
         assert response.content_type == "application/problem+json"
         assert field in json.dumps(response.json)
     assert client.get("/v1/queues/nope/forecast", headers=auth(token)).status_code == 404
+
+
+def test_concurrent_writers_keep_the_forecast_exact(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
+) -> None:
+    import threading
+
+    queue = make_queue("jobs")
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            barrier.wait()
+            for batch in range(5):
+                at = [NOW + timedelta(minutes=(n * 37 + batch * 11 + i * 7) % 3000) for i in range(50)]
+                events = [NewEvent(item_key=f"w{n}-{batch}-{i}", data={}, schedule_on=a) for i, a in enumerate(at)]
+                store.events.schedule_batch(queue, events, actor="t")
+                moved = NOW + timedelta(minutes=(n * 13 + batch) % 2000)
+                store.events.change("jobs", f"w{n}-{batch}-0", EventChanges(schedule_on=moved), actor="t")
+                store.events.cancel("jobs", f"w{n}-{batch}-1", actor="t")
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for bucket in ("minute", "hour"):
+        found = store.forecasts.forecast("jobs", hours=24, bucket=bucket, now=NOW)
+        assert found == brute_force(raw, "jobs", found, bucket, NOW)
+        assert sum(found.counts) + found.later == 4 * 5 * 49

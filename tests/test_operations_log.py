@@ -256,3 +256,34 @@ def test_filters_a_queue_or_token_cannot_have_are_400_problems(
     response = client.get(f"/v1/audit?{query}", headers=auth(admin_token))
     assert response.status_code == 400
     assert field in response.json["errors"]
+
+
+def test_the_dispatchers_upkeep_prunes_by_the_setting_and_folds_the_forecast(
+    store: Store, raw: psycopg.Connection[Any]
+) -> None:
+    from tickler.scheduler import upkeep
+
+    for age_days in (40, 20):
+        raw.execute(
+            "INSERT INTO tickler_operation_log (at, actor, action) VALUES (now() - make_interval(days => %s),"
+            " 'ops', 'queue.paused')",
+            [age_days],
+        )
+    raw.execute(
+        "INSERT INTO tickler_due_count (queue, hour, slot, n, minutes) VALUES"
+        " ('q', '2026-01-01T00:00Z', 3, 0, array_fill(0::bigint, ARRAY[60]))"
+    )
+    upkeep.periodic(store, 30)()
+    assert [e.at.date() for e in store.audit.page(EntryFilter(), limit=10)] == [
+        (datetime.now(UTC) - timedelta(days=20)).date()
+    ]
+    assert raw.execute("SELECT count(*) FROM tickler_due_count").fetchone() == (0,)
+
+
+def test_the_retention_setting_is_read_and_checked() -> None:
+    from tickler.config import Settings, SettingsError
+
+    assert Settings.from_env({}).audit_retention_days == 365
+    assert Settings.from_env({"TICKLER_AUDIT_RETENTION_DAYS": "30"}).audit_retention_days == 30
+    with pytest.raises(SettingsError, match="TICKLER_AUDIT_RETENTION_DAYS"):
+        Settings.from_env({"TICKLER_AUDIT_RETENTION_DAYS": "0"})
