@@ -109,7 +109,7 @@ def test_the_api_answers_the_forecast_and_refuses_bad_arguments(
     assert client.get("/v1/queues/nope/forecast", headers=auth(token)).status_code == 404
 
 
-def test_concurrent_writers_keep_the_forecast_exact(
+def test_concurrent_writers_and_folds_keep_the_forecast_exact(
     store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any]
 ) -> None:
     import threading
@@ -131,11 +131,23 @@ def test_concurrent_writers_keep_the_forecast_exact(
         except BaseException as error:  # reported below
             errors.append(error)
 
+    writing = True
+
+    def fold() -> None:  # the dispatcher's upkeep, meanwhile
+        try:
+            while writing:
+                store.forecasts.fold()
+        except BaseException as error:  # reported below
+            errors.append(error)
+
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for thread in threads:
+    folder = threading.Thread(target=fold)
+    for thread in [*threads, folder]:
         thread.start()
     for thread in threads:
         thread.join()
+    writing = False
+    folder.join()
     assert errors == []
     for bucket in ("minute", "hour"):
         found = store.forecasts.forecast("jobs", hours=24, bucket=bucket, now=NOW)

@@ -69,7 +69,7 @@ $$;
 
 -- The slots of each hour added up into slot 0, and the hours left with no event removed (an hour
 -- whose events were all delivered): a forecast then reads about one row per hour. A writer that
--- meanwhile adds to a slot being folded waits for this statement, then inserts its slot afresh.
+-- meanwhile adds to a slot being folded waits for this transaction, then inserts its slot afresh.
 -- Returns the rows removed.
 CREATE OR REPLACE FUNCTION tickler_fold_due_counts() RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -77,8 +77,15 @@ DECLARE
     v_folded  bigint;
     v_empty   bigint;
 BEGIN
-    WITH folded AS (
-        DELETE FROM tickler_due_count WHERE slot <> 0 RETURNING queue, hour, minutes
+    -- Rows a writer holds are left for the next fold (SKIP LOCKED): the fold waits for no writer
+    -- there, and then locks slot 0 in the order writers lock their rows (queue, hour).
+    WITH locked AS (
+        SELECT queue, hour, slot FROM tickler_due_count WHERE slot <> 0
+        ORDER BY queue, hour, slot FOR UPDATE SKIP LOCKED
+    ), folded AS (
+        DELETE FROM tickler_due_count AS c USING locked AS l
+        WHERE (c.queue, c.hour, c.slot) = (l.queue, l.hour, l.slot)
+        RETURNING c.queue, c.hour, c.minutes
     ), per_minute AS (
         SELECT f.queue, f.hour, u.i, sum(u.x)::bigint AS x
         FROM folded AS f, unnest(f.minutes) WITH ORDINALITY AS u (x, i)
@@ -92,7 +99,11 @@ BEGIN
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM folded) - (SELECT count(*) FROM summed) INTO v_folded;
-    DELETE FROM tickler_due_count WHERE slot = 0 AND n = 0 AND minutes = array_fill(0::bigint, ARRAY[60]);
+    DELETE FROM tickler_due_count AS c
+    USING (SELECT queue, hour, slot FROM tickler_due_count
+           WHERE slot = 0 AND n = 0 AND minutes = array_fill(0::bigint, ARRAY[60])
+           FOR UPDATE SKIP LOCKED) AS empty
+    WHERE (c.queue, c.hour, c.slot) = (empty.queue, empty.hour, empty.slot);
     GET DIAGNOSTICS v_empty = ROW_COUNT;
     RETURN v_folded + v_empty;
 END
