@@ -55,7 +55,12 @@ BEGIN
         RETURN;
     END IF;
     INSERT INTO tickler_due_count AS c (queue, hour, slot, n, minutes)
-    SELECT d.queue, d.hour, pg_backend_pid() % 16, sum(d.n)::bigint, tickler_minute_counts(array_agg(d.m), array_agg(d.n))
+    SELECT d.queue, d.hour, pg_backend_pid() % 16, sum(d.n)::bigint,
+           -- one minute of the hour (a batch spread over days has about one event an hour): the
+           -- array by concatenation, without a function call
+           CASE WHEN count(*) = 1
+                THEN array_fill(0::bigint, ARRAY[min(d.m)]) || sum(d.n)::bigint || array_fill(0::bigint, ARRAY[59 - min(d.m)])
+                ELSE tickler_minute_counts(array_agg(d.m), array_agg(d.n)) END
     FROM (
         SELECT u.queue, date_trunc('hour', u.minute AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
                extract(minute FROM u.minute AT TIME ZONE 'UTC')::integer AS m, u.n
