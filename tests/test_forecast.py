@@ -153,3 +153,37 @@ def test_concurrent_writers_and_folds_keep_the_forecast_exact(
         found = store.forecasts.forecast("jobs", hours=24, bucket=bucket, now=NOW)
         assert found == brute_force(raw, "jobs", found, bucket, NOW)
         assert sum(found.counts) + found.later == 4 * 5 * 49
+
+
+def test_an_upgraded_database_counts_the_events_it_already_has(admin_url: str) -> None:
+    from tests import pg
+    from tickler.scheduler.db import libpq_url
+    from tickler.scheduler.migrate import migrate
+
+    url = pg.create_database(admin_url, prefix="tickler_forecast_upgrade")
+    try:
+        migrate(url, through=75)  # the numbered steps before the forecast's, and events written then
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO tickler_queue (name, delivery_mode, lease_seconds, max_attempts,"
+                " backoff_initial_seconds, backoff_max_seconds, backoff_multiplier)"
+                " VALUES ('jobs', 'pull', 30, 10, 1, 60, 2)"
+            )
+            conn.execute(
+                "INSERT INTO tickler_event (queue, item_key, schedule_on, enqueued_by, max_attempts)"
+                " SELECT 'jobs', 'k' || n, now() + make_interval(mins => n * 7), 't', 10 FROM generate_series(1, 500) n"
+            )
+        migrate(url)
+        from tickler.scheduler.db import create_engine
+
+        engine = create_engine(url, pool_size=1)
+        try:
+            now = datetime.now(UTC)
+            found = Store(engine).forecasts.forecast("jobs", hours=24, bucket="hour", now=now)
+            with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+                assert found == brute_force(conn, "jobs", found, "hour", now)
+            assert found.exact and sum(found.counts) + found.later == 500
+        finally:
+            engine.dispose()
+    finally:
+        pg.drop_database(admin_url, url)
