@@ -12,6 +12,7 @@ from tests.conftest import auth
 from tests.test_ui import sign_in
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.store import Store
+from tickler.scheduler.store.audit import EntryFilter
 
 
 def test_admins_read_the_log_with_filters_and_pages(client: FlaskClient, admin_token: str) -> None:
@@ -61,3 +62,21 @@ def test_a_queue_page_draws_its_upcoming_load(client: FlaskClient, token: str, e
     assert 'class="chart chart-upcoming"' in text
     assert "2 pending events falling due in the next 24 hours, 1 later" in text
     assert text.count("falling due</title></rect>") == 2
+
+
+def test_the_dashboards_changes_are_entries_of_the_signed_in_admin(
+    client: FlaskClient, admin_token: str, emails: str, store: Store
+) -> None:
+    from tests.test_ui import csrf_of
+
+    sign_in(client, admin_token)
+    page = client.get("/ui/queues/emails")
+    assert client.post("/ui/queues/emails/pause", data={"csrf_token": csrf_of(page)}).status_code == 303
+    tokens = client.get("/ui/tokens")
+    created = client.post("/ui/tokens", data={"csrf_token": csrf_of(tokens), "name": "mailer", "queues": "emails"})
+    assert created.status_code == 201
+    [mailer] = [t.id for t in store.tokens.list() if t.principal == "mailer"]
+    client.post(f"/ui/tokens/{mailer}/revoke", data={"csrf_token": csrf_of(tokens)})
+    entries = store.audit.page(EntryFilter(actor="ops"), limit=10)
+    assert [e.action for e in entries][:3] == ["token.revoked", "token.created", "queue.paused"]
+    assert entries[2].queue == "emails" and entries[0].after is not None and entries[0].after["name"] == "mailer"
