@@ -15,7 +15,21 @@ from flask import Blueprint, Flask, Response, current_app, g, redirect, request
 from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from tickler.api import auth, context, docs, erasures, events, leases, operations, ops, queues, schedules, tokens, ui
+from tickler.api import (
+    audit,
+    auth,
+    context,
+    docs,
+    erasures,
+    events,
+    leases,
+    operations,
+    ops,
+    queues,
+    schedules,
+    tokens,
+    ui,
+)
 from tickler.api.jsonio import StrictJSONProvider
 from tickler.api.metrics import HTTP_DURATION, HTTP_REQUESTS
 from tickler.api.openapi import build_spec
@@ -93,6 +107,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     v1.register_blueprint(tokens.bp)
     v1.register_blueprint(operations.bp)
     v1.register_blueprint(erasures.bp)
+    v1.register_blueprint(audit.bp)
     app.register_blueprint(v1)
     app.register_blueprint(ops.bp)
     app.register_blueprint(docs.bp)

@@ -16,7 +16,7 @@ from marshmallow import Schema
 
 from tickler.api import patterns
 from tickler.api.openapi_extras import add_schema_extras, add_setting_limits, exclusive_bounds
-from tickler.api.schemas import erasures, events, leases, operations, queues, schedules, tokens
+from tickler.api.schemas import audit, erasures, events, leases, operations, queues, schedules, tokens
 from tickler.config import Settings
 
 # Registered in this order: a schema before any that nests it (Problem nests Event).
@@ -60,6 +60,10 @@ COMPONENTS: tuple[type[Schema], ...] = (
     erasures.ErasureCountsSchema,
     erasures.ErasureSchema,
     erasures.ErasureListSchema,
+    audit.AuditEntrySchema,
+    audit.AuditPageSchema,
+    audit.ForecastBucketSchema,
+    audit.ForecastSchema,
 )
 
 
@@ -266,6 +270,21 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
                 query=operations.DeleteQueueArgsSchema,
                 refusals=ADMIN_CALL,
             ),
+        },
+        "/v1/queues/{queue}/forecast": {
+            "get": _op(
+                "Upcoming load: pending events falling due per minute or hour, and later",
+                {"200": "Forecast"},
+                query=audit.ForecastArgsSchema,
+            )
+        },
+        "/v1/audit": {
+            "get": _op(
+                "The operations log, newest first, a page at a time; admin",
+                {"200": "AuditPage"},
+                query=audit.AuditArgsSchema,
+                refusals=("400", "401", "403", "503"),
+            )
         },
         "/v1/queues/{queue}/signing-secret": {
             "get": _op(

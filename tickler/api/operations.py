@@ -62,7 +62,8 @@ def _admin_queue(queue: str) -> None:
 def _set_paused(queue: str, paused: bool) -> Response:
     _admin_queue(queue)
     queues = context.store().queues
-    changed = queues.pause(queue) if paused else queues.resume(queue)
+    actor = auth.principal().name
+    changed = queues.pause(queue, actor=actor) if paused else queues.resume(queue, actor=actor)
     context.tickler().queues.forget(queue)
     log.info("queue_paused" if paused else "queue_resumed", queue=queue, actor=auth.principal().name)
     return jsonify(queue_json(changed, counts=queues.counts(queue)))

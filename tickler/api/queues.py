@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,6 +11,7 @@ from flask import Blueprint, Response, jsonify
 
 from tickler.api import auth, context
 from tickler.api.render import queue_json
+from tickler.api.schemas.audit import ForecastArgsSchema
 from tickler.api.schemas.queues import PutQueueSchema
 from tickler.scheduler.errors import NotFound
 from tickler.scheduler.rules import check_queue_name, format_timestamp
@@ -18,6 +20,7 @@ from tickler.scheduler.store import QueueSettings
 bp = Blueprint("queues", __name__, url_prefix="/queues")
 
 _put_schema = PutQueueSchema()
+_forecast_args = ForecastArgsSchema()
 audit = structlog.get_logger("tickler.audit")
 
 
@@ -29,7 +32,7 @@ def put_queue(queue: str) -> Response:
         raise NotFound(f"{queue!r} cannot name a queue. {problem}")
     wanted = wanted_settings(_put_schema.load(context.json_body()))
     ext = context.tickler()
-    result = ext.store.queues.put(queue, wanted, ext.settings)
+    result = ext.store.queues.put(queue, wanted, ext.settings, actor=auth.principal().name)
     ext.queues.forget(queue)
     response = jsonify(queue_json(result.queue, signing_secret=result.new_signing_secret))
     response.status_code = 201 if result.created else 200
@@ -49,6 +52,22 @@ def get_queue(queue: str) -> Response:
     found = auth.visible_queue(queue)
     counts = context.store().queues.counts(queue)
     return jsonify(queue_json(found, counts=counts))
+
+
+@bp.get("/<queue>/forecast")
+def forecast(queue: str) -> Response:
+    """Upcoming load: the queue's pending events by when they fall due (store/forecast.py)."""
+    auth.visible_queue(queue)
+    args = _forecast_args.load(context.query_args())
+    found = context.store().forecasts.forecast(queue, hours=args["hours"], bucket=args["bucket"])
+    # 10,080 buckets at most (a week of minutes): their times by arithmetic on the epoch, not by
+    # formatting that many datetimes
+    first, step = int(found.start.timestamp()), int(found.width.total_seconds())
+    buckets = [
+        {"from": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(first + i * step)), "count": n}
+        for i, n in enumerate(found.counts)
+    ]
+    return jsonify({"buckets": buckets, "later": found.later, "exact": found.exact})
 
 
 @bp.get("/<queue>/signing-secret")

@@ -31,9 +31,11 @@ def token_json(info: TokenInfo) -> dict[str, Any]:
 
 @bp.post("")
 def issue() -> Response:
-    auth.require_admin()
+    caller = auth.require_admin()
     fields_ = _issue_schema.load(context.json_body())
-    token, info = context.store().tokens.issue(fields_["name"], queues=fields_["queues"], is_admin=fields_["admin"])
+    token, info = context.store().tokens.issue(
+        fields_["name"], queues=fields_["queues"], is_admin=fields_["admin"], actor=caller.name
+    )
     response = jsonify({**token_json(info), "token": token})
     response.status_code = 201
     return response
@@ -47,8 +49,8 @@ def list_tokens() -> Response:
 
 @bp.delete("/<int:token_id>")
 def revoke(token_id: int) -> Response:
-    auth.require_admin()
-    info = context.store().tokens.revoke(token_id)
+    caller = auth.require_admin()
+    info = context.store().tokens.revoke(token_id, actor=caller.name)
     if info is None:
         raise NotFound(f"No token {token_id}.")
     context.tickler().principals.clear()  # this process stops accepting it at once

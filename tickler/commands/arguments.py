@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import getpass
+import os
 
 from tickler.scheduler import rules
 from tickler.scheduler.errors import NotFound
@@ -21,3 +23,13 @@ def check_queue_name(name: str) -> None:
     problem = rules.check_queue_name(name)
     if problem:
         raise NotFound(f"{name!r} cannot name a queue. {problem}")
+
+
+def command_actor() -> str:
+    """Who the operations log names for a change made by a command: the account that ran it (the
+    command reaches the database directly, with no token to name)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        user = str(os.getuid())
+    return f"cli:{user}"

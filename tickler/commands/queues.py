@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from tickler.commands.arguments import check_queue_name
+from tickler.commands.arguments import check_queue_name, command_actor
 from tickler.commands.output import age, print_fields, print_json, print_table
 from tickler.scheduler.errors import Invalid, NotFound, TicklerError
 
@@ -73,9 +73,9 @@ def run(store: Store, args: argparse.Namespace) -> int:
     if args.action == "create":
         return _create(store, args)
     if args.action == "pause":
-        store.queues.pause(args.queue)
+        store.queues.pause(args.queue, actor=command_actor())
     elif args.action == "resume":
-        store.queues.resume(args.queue)
+        store.queues.resume(args.queue, actor=command_actor())
     return _show(store, args.queue, args.json)
 
 
@@ -121,7 +121,7 @@ def _create(store: Store, args: argparse.Namespace) -> int:
     if store.queues.gauges([args.queue]):
         raise TicklerError(f"A queue named {args.queue!r} exists already (PUT /v1/queues/NAME changes it).")
     # Settings.from_env() read already at start: the defaults a new queue takes (TICKLER_DEFAULT_*).
-    result = store.queues.put(args.queue, wanted_settings(fields), Settings.from_env())
+    result = store.queues.put(args.queue, wanted_settings(fields), Settings.from_env(), actor=command_actor())
     if args.json:
         print_json(queue_json(result.queue, signing_secret=result.new_signing_secret))
         return 0
@@ -173,6 +173,15 @@ def _json(store: Store, name: str, gauges: QueueGauges | None) -> dict[str, obje
     return body
 
 
+def _upcoming(store: Store, name: str) -> str:
+    """The forecast in one line: pending events falling due in the next 24 hours, hour by hour."""
+    found = store.forecasts.forecast(name, hours=24, bucket="hour")
+    soon = sum(b.count for b in found.buckets)
+    hours = " ".join(str(b.count) for b in found.buckets)
+    estimate = "" if found.exact else " (estimate)"
+    return f"{soon} pending falling due (by hour: {hours}); {found.later} later{estimate}"
+
+
 def _show(store: Store, name: str, as_json: bool) -> int:
     found = store.queues.gauges([name])
     if not found:
@@ -200,6 +209,7 @@ def _show(store: Store, name: str, as_json: bool) -> int:
             ),
             *((status, n) for status, n in counts.items()),
             ("oldest due", age(gauges.oldest_due_age_seconds) if gauges.due else "-"),
+            ("next 24 h", _upcoming(store, name)),
             ("created", queue.created_on),
             ("updated", queue.updated_on),
         ]

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from tickler.commands.arguments import command_actor
 from tickler.commands.output import print_json, print_table
 from tickler.config import Settings
 from tickler.scheduler.rules import check_queue_name
@@ -67,7 +68,7 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
             print(
                 f"tickler: warning: no queue named {name!r} yet; the token will reach it once created", file=sys.stderr
             )
-        print(store.tokens.create(args.name, queues=args.queue, is_admin=args.admin))
+        print(store.tokens.create(args.name, queues=args.queue, is_admin=args.admin, actor=command_actor()))
     return 0
 
 
@@ -120,7 +121,7 @@ def _revoke(settings: Settings, args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        info = store.tokens.revoke(args.id)
+        info = store.tokens.revoke(args.id, actor=command_actor())
     assert info is not None
     print(f"revoked token {info.id} of {info.principal}")
     return 0

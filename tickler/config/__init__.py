@@ -160,6 +160,8 @@ class Settings:
     # Who writes API responses: "auto" (orjson when it is installed, else the json module) or
     # "stdlib" (the json module always). The same JSON text either way (api/jsonio.py).
     json: str = "auto"
+    # Days the operations log keeps its entries, whatever the queues' retention.
+    audit_retention_days: int = 365
 
     # The dispatcher's tuning knobs (TICKLER_WORKER_*).
     worker: WorkerSettings = field(default_factory=WorkerSettings)
@@ -174,6 +176,8 @@ class Settings:
             raise SettingsError(f"TICKLER_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {settings.log_level!r}")
         if log_format and log_format not in LOG_FORMATS:
             raise SettingsError(f"TICKLER_LOG_FORMAT must be console or json, not {settings.log_format!r}")
+        if settings.audit_retention_days < 1:
+            raise SettingsError(f"TICKLER_AUDIT_RETENTION_DAYS must be at least 1, not {settings.audit_retention_days}")
         if settings.connect_timeout < 0:
             raise SettingsError(f"TICKLER_CONNECT_TIMEOUT must be 0 or more seconds, not {settings.connect_timeout!r}")
         if not 0 <= settings.group_commit_ms <= 1000:

@@ -27,7 +27,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from tickler.config import WorkerSettings
-from tickler.scheduler import erasing, history, metrics, recurring, statistics, tracing
+from tickler.scheduler import erasing, history, metrics, recurring, statistics, tracing, upkeep
 from tickler.scheduler.db import unavailable_reason
 from tickler.scheduler.delivery import AsyncDeliverer, Dead, Delivered, Deliverer, Failed, Outcome
 from tickler.scheduler.delivery.loop import LoopThread
@@ -49,6 +49,8 @@ class DispatcherConfig(WorkerSettings):
     """A dispatcher's name and its tuning knobs (their meanings and defaults: config.WorkerSettings)."""
 
     worker_name: str
+    # Days the operations log keeps its entries (TICKLER_AUDIT_RETENTION_DAYS).
+    audit_retention_days: int = 365
 
 
 @dataclass
@@ -126,6 +128,13 @@ class Dispatcher:
         # Erasures requested over the API or the command line; one left unfinished by a process
         # that died is taken up again at start.
         self._every(erasing.periodic(self.eraser), erasing.INTERVAL_SECONDS, "erasures", at_start=True)
+        # The operations log's retention and the upcoming-load counters' folding, as rarely.
+        self._every(
+            upkeep.periodic(self.store, self.config.audit_retention_days),
+            upkeep.INTERVAL_SECONDS,
+            "operations_upkeep",
+            at_start=True,
+        )
         self._scheduler.start()
         self.finisher.start()
         if self._loop is not None:

@@ -99,8 +99,7 @@ def request(engine: sa.Engine, selector: Selector, *, reason: str, requested_by:
         requested_by=requested_by,
         hashes={value: hashed(value) for value in named if value is not None},
     )
-    # The operations log (SPEC §7) records "erasure requested" here, for the API and the command
-    # line alike: the erasure's id, the actor and the reason, never the values.
+    # The operations log (SPEC §7) recorded "erasure requested" with it (ErasureStore.request).
     log.info("erasure_requested", erasure_id=erasure.id, actor=requested_by)
     return erasure
 

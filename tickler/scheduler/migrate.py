@@ -53,6 +53,7 @@ CODE_FILES = (
     "history.sql",
     "event_triggers.sql",
     "writing.sql",
+    "operations_log.sql",
     "erasing.sql",
 )
 

@@ -194,6 +194,10 @@ DELETE FROM tickler_event_history WHERE queue = :name;
 -- Remove a deleted queue's counters (after its events: their trigger writes to them).
 DELETE FROM tickler_queue_count WHERE queue = :name;
 
+-- name: delete_queue_due_counts
+-- Remove a deleted queue's upcoming load by minute (after its events, as its counters).
+DELETE FROM tickler_due_count WHERE queue = :name;
+
 -- name: delete_queue_minute_stats
 -- Remove a deleted queue's per-minute figures (the dashboard's charts): a new queue of the same
 -- name starts with empty charts.

@@ -753,12 +753,15 @@ SELECT id, principal, is_admin, queues, created_on, revoked_on FROM tickler_toke
 -- name: revoke_token
 -- Revoke a token; returns it (no row: no such token). Every API process listening on
 -- tickler_cache drops the token from its cache when this commits ('token:' || hex of its hash).
+-- `newly_revoked`: this call revoked it (it was live).
 WITH revoked AS (
-UPDATE tickler_token SET revoked_on = coalesce(revoked_on, now()) WHERE id = :id
-RETURNING id, principal, is_admin, queues, created_on, revoked_on, token_hash
+UPDATE tickler_token AS t SET revoked_on = coalesce(t.revoked_on, now())
+FROM (SELECT id, revoked_on IS NULL AS live FROM tickler_token WHERE id = :id FOR UPDATE) AS was
+WHERE t.id = was.id
+RETURNING t.id, t.principal, t.is_admin, t.queues, t.created_on, t.revoked_on, t.token_hash, was.live
 ),
 dropped AS (SELECT pg_notify('tickler_cache', 'token:' || encode(token_hash, 'hex')) FROM revoked)
-SELECT id, principal, is_admin, queues, created_on, revoked_on
+SELECT id, principal, is_admin, queues, created_on, revoked_on, live AS newly_revoked
 FROM revoked CROSS JOIN (SELECT count(*) AS notified FROM dropped) AS d;
 
 -- name: set_trace_context

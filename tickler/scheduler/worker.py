@@ -123,7 +123,14 @@ class Worker:
         self._dispatcher = Dispatcher(
             Store(self._engine),
             WakeupListener(url, connect_timeout=self.settings.connect_timeout),
-            DispatcherConfig(worker_name=self.name, **(asdict(self.settings.worker) | self._config)),
+            DispatcherConfig(
+                worker_name=self.name,
+                **(
+                    asdict(self.settings.worker)
+                    | {"audit_retention_days": self.settings.audit_retention_days}
+                    | self._config
+                ),
+            ),
             deliverers=deliverers,
             webhook=WebhookDeliverer(policy=DestinationPolicy.from_settings(self.settings))
             if self.deliver_webhooks

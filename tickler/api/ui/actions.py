@@ -195,10 +195,10 @@ def _set_paused(queue: str, *, paused: bool) -> Response:
         raise Forbidden("Pausing and resuming a queue needs an admin token.")
     queues = context.store().queues
     if paused:
-        queues.pause(queue)
+        queues.pause(queue, actor=signed_in().name)
         flash(f"Paused {queue}: nothing is delivered until it is resumed; scheduling goes on.", "ok")
     else:
-        queues.resume(queue)
+        queues.resume(queue, actor=signed_in().name)
         flash(f"Resumed {queue}.", "ok")
     context.tickler().queues.forget(queue)  # this process sees the change at once
     return back_to(queue)

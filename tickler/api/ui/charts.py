@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 
 from markupsafe import Markup, escape
 
+from tickler.scheduler.store.forecast import Forecast
+
 WIDTH = 240
 HEIGHT = 44
 _TOP = 4  # room above the tallest bar
@@ -38,6 +40,33 @@ def per_minute_chart(values: Sequence[int], *, now: datetime, label: str, kind: 
     summary = f"{total} {label} in the last hour, peak {peak} a minute"
     return Markup(
         f'<svg class="chart chart-{escape(kind)}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}"'
+        f' role="img" aria-label="{escape(summary)}"><title>{escape(summary)}</title>'
+        f'<line class="axis" x1="0" y1="{HEIGHT - 0.5}" x2="{WIDTH}" y2="{HEIGHT - 0.5}"/>' + "".join(bars) + "</svg>"
+    )
+
+
+def upcoming_chart(forecast: Forecast) -> Markup:
+    """The forecast's bars (SPEC §7): pending events falling due per hour, the current hour on the
+    left; each bar's <title> says its hour and count, the chart's own title the total and later."""
+    values = [b.count for b in forecast.buckets]
+    peak = max(values, default=0)
+    step = WIDTH / max(len(values), 1)
+    bar = max(step - 1, 1)
+    bars = []
+    for i, (start, value) in enumerate((b.start, b.count) for b in forecast.buckets):
+        if value <= 0:
+            continue
+        height = max((HEIGHT - _TOP) * value / peak, 1.5)
+        tip = f"{start:%H:%M} UTC: {value} falling due"
+        bars.append(
+            f'<rect x="{i * step:.1f}" y="{HEIGHT - height:.1f}" width="{bar:.1f}" height="{height:.1f}">'
+            f"<title>{escape(tip)}</title></rect>"
+        )
+    estimate = "" if forecast.exact else " (estimated)"
+    summary = f"{sum(values)} pending events falling due in the next {len(values)} hours, {forecast.later} later"
+    summary += estimate
+    return Markup(
+        f'<svg class="chart chart-upcoming" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}"'
         f' role="img" aria-label="{escape(summary)}"><title>{escape(summary)}</title>'
         f'<line class="axis" x1="0" y1="{HEIGHT - 0.5}" x2="{WIDTH}" y2="{HEIGHT - 0.5}"/>' + "".join(bars) + "</svg>"
     )

@@ -38,7 +38,7 @@ def install(bp: Blueprint) -> None:
     bp.add_url_rule("/leases", "leases", leases_page)
     # Last: any other path under /ui/ gets the dashboard's own 404 page, with its headers.
     bp.add_url_rule("/<path:unknown>", "unknown", unknown_page, methods=["GET", "POST"])
-    bp.app_context_processor(lambda: {"chart": charts.per_minute_chart})
+    bp.app_context_processor(lambda: {"chart": charts.per_minute_chart, "upcoming_chart": charts.upcoming_chart})
 
 
 def visible_names() -> list[str] | None:
@@ -96,6 +96,7 @@ def queue_page(queue: str) -> tuple[str, int]:
         can_pause=signed_in().is_admin,
         refresh=_refresh_seconds(),
         backlogs=backlogs,
+        upcoming=context.store().forecasts.forecast(queue, hours=24, bucket="hour"),
     ), status
 
 

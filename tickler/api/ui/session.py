@@ -148,7 +148,8 @@ def sign_in_post() -> tuple[str, int] | Response:
         return render_template("ui/sign_in.html", next=request.form.get("next", ""), error=error), 401
     # A fresh session (and CSRF token) on every sign-in: nothing set before it carries over.
     _end_session()
-    session_id, ends = sessions().start(token, lifetime_seconds=SESSION_SECONDS)
+    admin = caller.name if caller.is_admin else None
+    session_id, ends = sessions().start(token, lifetime_seconds=SESSION_SECONDS, admin=admin)
     session.permanent = True
     session["sid"] = session_id
     session["ends"] = ends.timestamp()

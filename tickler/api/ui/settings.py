@@ -66,7 +66,7 @@ def save_settings(queue: str) -> tuple[str, int] | Response:
         try:
             loaded = _schema.load(body)
             ext = context.tickler()
-            ext.store.queues.put(queue, wanted_settings(loaded), ext.settings)
+            ext.store.queues.put(queue, wanted_settings(loaded), ext.settings, actor=auth.principal().name)
             ext.queues.forget(queue)
         except ValidationError as error:
             errors = _flatten(error.messages)

@@ -8,6 +8,7 @@ import sqlalchemy as sa
 from flask import current_app
 
 from tickler.api import context
+from tickler.scheduler.store.audit import OperationsLog
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.dashboard import DashboardStore
 from tickler.scheduler.store.ui_reads import UIReads
@@ -37,3 +38,7 @@ def sessions() -> SessionStore:
 
 def reads() -> UIReads:
     return _per_app(UIReads)
+
+
+def audit_log() -> OperationsLog:
+    return _per_app(OperationsLog)

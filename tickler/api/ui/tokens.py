@@ -50,7 +50,9 @@ def create_token() -> tuple[str, int]:
     except ValidationError as error:
         errors = {field: " ".join(map(str, messages)) for field, messages in _messages(error).items()}
         return _render(errors=errors), 400
-    token, info = context.store().tokens.issue(loaded["name"], queues=loaded["queues"], is_admin=loaded["admin"])
+    token, info = context.store().tokens.issue(
+        loaded["name"], queues=loaded["queues"], is_admin=loaded["admin"], actor=signed_in().name
+    )
     # Answered here, not by a redirect: the token appears this once, in this page's body only.
     return _render(created=(info.principal, token)), 201
 
@@ -64,7 +66,7 @@ def _messages(error: ValidationError) -> dict[str, list[object]]:
 
 def revoke_token(token_id: int) -> Response:
     _require_admin()
-    info = context.store().tokens.revoke(token_id)
+    info = context.store().tokens.revoke(token_id, actor=signed_in().name)
     if info is None:
         flash(f"No token {token_id}.", "error")
     else:

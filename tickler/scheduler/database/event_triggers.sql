@@ -1,5 +1,6 @@
 -- The statement triggers of tickler_event, one per operation: each looks at its transition tables
--- once, then keeps the counters (tickler_queue_count), the lease table (tickler_lease) and the move
+-- once, then keeps the counters (tickler_queue_count, and tickler_due_count: the open events by the
+-- minute they fall due, which forecasts read), the lease table (tickler_lease) and the move
 -- of finished rows into tickler_event_history, in that order, doing only what the statement needs.
 --
 -- Every file of scheduler/database/ but schema.sql is applied again by `tickler migrate` whenever
@@ -17,6 +18,9 @@ BEGIN
     SELECT queue, coalesce(outcome, 'open'), pg_backend_pid() % 64, count(*)
     FROM new_rows GROUP BY 1, 2 ORDER BY 1, 2
     ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
+    PERFORM tickler_count_due(array_agg(queue), array_agg(minute), array_agg(n))
+    FROM (SELECT queue, tickler_due_minute(schedule_on) AS minute, count(*) AS n
+          FROM new_rows WHERE outcome IS NULL GROUP BY 1, 2) AS due;
     -- schedules and revivals write open, unleased rows: nothing more to do
     SELECT bool_or(lease_id IS NOT NULL AND dequeued_on IS NULL), bool_or(dequeued_on IS NOT NULL)
     INTO v_leased, v_finished
@@ -109,6 +113,18 @@ BEGIN
         GROUP BY 1, 2 HAVING sum(delta) <> 0 ORDER BY 1, 2
         ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
     END IF;
+    -- The open events that moved between minutes (a reschedule, a retry's backoff), queues or out
+    -- of the open set: a claim or an extension moves none, and nothing is written then.
+    PERFORM tickler_count_due(array_agg(queue), array_agg(minute), array_agg(n))
+    FROM (
+        SELECT queue, minute, sum(delta) AS n
+        FROM (
+            SELECT queue, tickler_due_minute(schedule_on) AS minute, 1 AS delta FROM new_rows WHERE outcome IS NULL
+            UNION ALL
+            SELECT queue, tickler_due_minute(schedule_on), -1 FROM old_rows WHERE outcome IS NULL
+        ) AS changes
+        GROUP BY 1, 2 HAVING sum(delta) <> 0
+    ) AS due;
 
     IF v_old_leased AND v_rows > 8 THEN
         -- Rows that had a lease, in a statement of more than a few rows (the reaper, a release or
@@ -182,6 +198,9 @@ BEGIN
     SELECT queue, coalesce(outcome, 'open'), pg_backend_pid() % 64, -count(*)
     FROM old_rows GROUP BY 1, 2 ORDER BY 1, 2
     ON CONFLICT (queue, state, slot) DO UPDATE SET n = c.n + excluded.n;
+    PERFORM tickler_count_due(array_agg(queue), array_agg(minute), array_agg(n))
+    FROM (SELECT queue, tickler_due_minute(schedule_on) AS minute, -count(*) AS n
+          FROM old_rows WHERE outcome IS NULL GROUP BY 1, 2) AS due;
     SELECT count(*) INTO v_leased FROM old_rows WHERE lease_id IS NOT NULL;
     IF v_leased > 64 THEN
         EXECUTE 'DELETE FROM tickler_lease AS l USING old_rows AS o

@@ -538,4 +538,45 @@ CREATE TABLE tickler_erased_value (
 
 CREATE INDEX tickler_erased_value_hash ON tickler_erased_value USING btree (value_hash);
 
+-- The operations log: who changed how tickler runs, when, and what changed (before and after,
+-- never a secret or a token), written in the transaction of the change; kept for
+-- TICKLER_AUDIT_RETENTION_DAYS.
+CREATE TABLE tickler_operation_log (
+    id bigint NOT NULL GENERATED ALWAYS AS IDENTITY,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    queue text,
+    before jsonb,
+    after jsonb,
+    CONSTRAINT tickler_operation_log_pkey PRIMARY KEY (id)
+);
+
+CREATE INDEX tickler_operation_log_queue ON tickler_operation_log USING btree (queue, id);
+
+CREATE INDEX tickler_operation_log_at ON tickler_operation_log USING btree (at);
+
+
+-- Open events per queue and hour (UTC) they fall due, and per minute of it (60 counts), kept by
+-- the event triggers: what a forecast reads. One slot per backend, as tickler_queue_count.
+CREATE TABLE tickler_due_count (
+    queue text NOT NULL,
+    hour timestamp with time zone NOT NULL,
+    slot integer NOT NULL,
+    n bigint NOT NULL,
+    minutes bigint[] NOT NULL,
+    CONSTRAINT tickler_due_count_minutes_check CHECK ((cardinality(minutes) = 60)),
+    CONSTRAINT tickler_due_count_pkey PRIMARY KEY (queue, hour, slot)
+)
+WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000');
+
+
+-- When tickler_due_count was counted from the events (one row; none yet: forecasts not exact).
+CREATE TABLE tickler_due_count_seeded (
+    id boolean DEFAULT true NOT NULL,
+    seeded_on timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tickler_due_count_seeded_id_check CHECK (id),
+    CONSTRAINT tickler_due_count_seeded_pkey PRIMARY KEY (id)
+);
+
 COMMENT ON TYPE tickler_timeline_row IS 'One timeline entry to write: the columns of tickler_timeline that its writers give (see tickler_timeline_write).';

@@ -6,7 +6,9 @@ import sqlalchemy as sa
 
 from tickler.scheduler.db import driver_rows
 from tickler.scheduler.replica import ReadEngines
+from tickler.scheduler.store.audit import OperationsLog
 from tickler.scheduler.store.events import EventChanges, EventStore, SearchFilter
+from tickler.scheduler.store.forecast import ForecastStore
 from tickler.scheduler.store.history import HistoryPass, HistoryStore
 from tickler.scheduler.store.leases import LeaseStore
 from tickler.scheduler.store.operations import DeletedQueue, QueueGauges
@@ -20,10 +22,12 @@ __all__ = [
     "DeletedQueue",
     "EventChanges",
     "EventStore",
+    "ForecastStore",
     "HistoryPass",
     "HistoryStore",
     "LeaseStore",
     "Matching",
+    "OperationsLog",
     "QueueGauges",
     "QueueSettings",
     "QueueStore",
@@ -55,6 +59,8 @@ class Store:
         self.schedules = ScheduleStore(engine)
         self.history = HistoryStore(engine)
         self.statistics = StatisticsStore(engine)
+        self.audit = OperationsLog(engine)
+        self.forecasts = ForecastStore(engine)
 
     def ping(self) -> None:
         driver_rows(self.engine, "SELECT 1", prepare=False)

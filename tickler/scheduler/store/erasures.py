@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tickler.scheduler.db import driver_connection
+from tickler.scheduler.sql import driver_sql, run
+from tickler.scheduler.store import audit
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.search import prefix_end
 
@@ -72,25 +75,33 @@ def _erasure(row: Mapping[str, Any]) -> Erasure:
 
 class ErasureStore(EngineStore):
     def request(self, selector: Selector, *, reason: str, requested_by: str, hashes: Mapping[str, str]) -> Erasure:
-        """Log a pending erasure: `hashes` maps each selector value to its keyed hash (the log's)."""
+        """Log a pending erasure: `hashes` maps each selector value to its keyed hash (the log's).
+        The operations log records the request in the same transaction: the erasure's id, reason
+        and queues, never the values."""
         keys = selector.item_keys
         prefix = selector.item_key_prefix
-        [row] = self.rows(
-            "request_erasure",
-            {
-                "requested_by": requested_by,
-                "reason": reason,
-                "queues": None if selector.queues is None else sorted(set(selector.queues)),
-                "group_key_hash": None if selector.group_key is None else hashes[selector.group_key],
-                "item_key_hashes": None if keys is None else [hashes[key] for key in keys],
-                "item_key_prefix_hash": None if prefix is None else hashes[prefix],
-                "group_key": selector.group_key,
-                "item_keys": None if keys is None else list(keys),
-                "item_key_prefix": prefix,
-                "item_key_prefix_end": None if prefix is None else prefix_end(prefix),
-            },
-        )
-        return _erasure(row)
+        params = {
+            "requested_by": requested_by,
+            "reason": reason,
+            "queues": None if selector.queues is None else sorted(set(selector.queues)),
+            "group_key_hash": None if selector.group_key is None else hashes[selector.group_key],
+            "item_key_hashes": None if keys is None else [hashes[key] for key in keys],
+            "item_key_prefix_hash": None if prefix is None else hashes[prefix],
+            "group_key": selector.group_key,
+            "item_keys": None if keys is None else list(keys),
+            "item_key_prefix": prefix,
+            "item_key_prefix_end": None if prefix is None else prefix_end(prefix),
+        }
+        with driver_connection(self.engine, driver_sql("request_erasure"), params) as conn:
+            [row] = run(conn, driver_sql("request_erasure"), params)
+            erasure = _erasure(row)
+            audit.OperationsLog.record(
+                conn,
+                actor=requested_by,
+                action=audit.ERASURE_REQUESTED,
+                after={"erasure_id": erasure.id, "reason": reason, "queues": params["queues"]},
+            )
+        return erasure
 
     def get(self, erasure_id: int) -> Erasure | None:
         rows = self.rows("get_erasure", {"id": erasure_id})

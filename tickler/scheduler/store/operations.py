@@ -15,6 +15,7 @@ from tickler.scheduler.errors import KeyConflict, NotFound, QueueInUse
 from tickler.scheduler.models import Event, Queue
 from tickler.scheduler.plain import gauge_values
 from tickler.scheduler.sql import driver_sql, rowcount, run
+from tickler.scheduler.store import audit
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.search import Matching
 
@@ -118,19 +119,31 @@ class DeletedQueue:
 class QueueOperations(EngineStore):
     """Pausing, resuming and deleting queues; their gauges (mixed into QueueStore)."""
 
-    def pause(self, name: str) -> Queue:
+    def pause(self, name: str, *, actor: str = audit.SYSTEM_ACTOR) -> Queue:
         """Pause the queue: no claims (dispatchers, pull consumers); scheduling goes on. Idempotent."""
-        return self._set_paused(name, True)
+        return self._set_paused(name, True, actor)
 
-    def resume(self, name: str) -> Queue:
+    def resume(self, name: str, *, actor: str = audit.SYSTEM_ACTOR) -> Queue:
         """Resume a paused queue (idempotent)."""
-        return self._set_paused(name, False)
+        return self._set_paused(name, False, actor)
 
-    def _set_paused(self, name: str, paused: bool) -> Queue:
-        rows = self.rows("set_queue_paused", {"name": name, "paused": paused})
-        if not rows:
-            raise NotFound(f"No queue named {name!r}.")
-        return Queue.from_row(rows[0])
+    def _set_paused(self, name: str, paused: bool, actor: str) -> Queue:
+        """Each call is an entry of the operations log, with the state it found and left."""
+        params = {"name": name, "paused": paused}
+        with driver_connection(self.engine, driver_sql("set_queue_paused"), params) as conn:
+            found = run(conn, driver_sql("get_queue_for_update"), {"name": name})
+            if not found:
+                raise NotFound(f"No queue named {name!r}.")
+            [row] = run(conn, driver_sql("set_queue_paused"), params)
+            audit.OperationsLog.record(
+                conn,
+                actor=actor,
+                action=audit.QUEUE_PAUSED if paused else audit.QUEUE_RESUMED,
+                queue=name,
+                before={"paused": found[0]["paused"]},
+                after={"paused": paused},
+            )
+        return Queue.from_row(row)
 
     def delete(self, name: str, *, actor: str, cancel_open: bool = False, now: datetime | None = None) -> DeletedQueue:
         """Delete the queue and its events; its keys' timelines stay. The name is free again.
@@ -144,6 +157,7 @@ class QueueOperations(EngineStore):
             # Locked first: no event of this queue can be scheduled until we are done.
             if not run(conn, driver_sql("lock_queue_for_delete"), named):
                 raise NotFound(f"No queue named {name!r}.")
+            queue_rows = run(conn, driver_sql("get_queue"), named)
             [[archiving]] = run(conn, driver_sql("queue_in_archive_run"), named, tuples=True)
             if archiving:
                 raise QueueInUse(f"An unfinished archive run holds events of queue {name!r}; run the archive first.")
@@ -158,13 +172,19 @@ class QueueOperations(EngineStore):
                     raise QueueInUse(
                         f"Queue {name!r} still holds open events; cancel them first, or delete with cancel_open=true."
                     )
+            settings = audit.queue_settings(Queue.from_row(queue_rows[0]))
             run(conn, driver_sql("keep_queue_entries"), named)
             deleted = rowcount(conn, driver_sql("delete_queue_events"), named)
             run(conn, driver_sql("delete_queue_counts"), named)
             run(conn, driver_sql("delete_queue_minute_stats"), named)
             # Its schedules go with it (ON DELETE CASCADE); their keys' timelines say so.
             run(conn, driver_sql("log_queue_schedules_deleted"), {**named, "actor": actor, "now": now})
+            run(conn, driver_sql("delete_queue_due_counts"), named)
             [_] = run(conn, driver_sql("delete_queue"), named)
+            outcome = {"cancelled": cancelled, "deleted_events": deleted}
+            audit.OperationsLog.record(
+                conn, actor=actor, action=audit.QUEUE_DELETED, queue=name, before=settings, after=outcome
+            )
         return DeletedQueue(name=name, cancelled=cancelled, deleted_events=deleted)
 
     def gauges(self, names: list[str] | None = None, *, now: datetime | None = None) -> list[QueueGauges]:

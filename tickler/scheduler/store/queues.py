@@ -14,6 +14,7 @@ from tickler.scheduler.db import driver_connection
 from tickler.scheduler.errors import Invalid, NotFound
 from tickler.scheduler.models import Queue
 from tickler.scheduler.sql import driver_sql, run
+from tickler.scheduler.store import audit
 from tickler.scheduler.store.operations import QueueOperations
 
 # Days of history a new queue keeps (SPEC §9).
@@ -57,8 +58,11 @@ class PutQueueResult:
 
 
 class QueueStore(QueueOperations):
-    def put(self, name: str, wanted: QueueSettings, defaults: Settings) -> PutQueueResult:
-        """Create the queue `name`, or change the settings given in `wanted`."""
+    def put(
+        self, name: str, wanted: QueueSettings, defaults: Settings, *, actor: str = audit.SYSTEM_ACTOR
+    ) -> PutQueueResult:
+        """Create the queue `name`, or change the settings given in `wanted`; the operations log
+        records it (a call that changes nothing: no entry)."""
         with driver_connection(self.engine, driver_sql("upsert_queue"), {"name": name}) as conn:
             rows = run(conn, driver_sql("get_queue_for_update"), {"name": name})
             current = Queue.from_row(rows[0]) if rows else None
@@ -69,7 +73,18 @@ class QueueStore(QueueOperations):
                 secret = new_secret = new_signing_secret()
             values["signing_secret"] = secret
             [result] = run(conn, driver_sql("upsert_queue"), values)
-        return PutQueueResult(Queue.from_row(result), bool(result["created"]), new_secret)
+            queue = Queue.from_row(result)
+            if current is None:
+                audit.OperationsLog.record(
+                    conn, actor=actor, action=audit.QUEUE_CREATED, queue=name, after=audit.queue_settings(queue)
+                )
+            else:
+                before, after = audit.changed_settings(current, queue)
+                if after:
+                    audit.OperationsLog.record(
+                        conn, actor=actor, action=audit.QUEUE_CHANGED, queue=name, before=before, after=after
+                    )
+        return PutQueueResult(queue, bool(result["created"]), new_secret)
 
     def get(self, name: str) -> Queue:
         rows = self.rows("get_queue", {"name": name})

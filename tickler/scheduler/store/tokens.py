@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tickler.scheduler.db import driver_connection
 from tickler.scheduler.models import Principal
+from tickler.scheduler.sql import driver_sql, run
+from tickler.scheduler.store import audit
 from tickler.scheduler.store.base import EngineStore
 
 TOKEN_PREFIX = "tkl_"
@@ -30,6 +33,11 @@ class TokenInfo:
     revoked_on: datetime | None
 
 
+def described(info: TokenInfo) -> dict[str, Any]:
+    """A token as the operations log shows it: its id, name and scope, never the token or its hash."""
+    return {"id": info.id, "name": info.principal, "admin": info.is_admin, "queues": list(info.queues)}
+
+
 def _info(row: Any) -> TokenInfo:
     return TokenInfo(
         row["id"], row["principal"], row["is_admin"], tuple(row["queues"]), row["created_on"], row["revoked_on"]
@@ -37,14 +45,27 @@ def _info(row: Any) -> TokenInfo:
 
 
 class TokenStore(EngineStore):
-    def create(self, principal: str, *, queues: list[str] | tuple[str, ...] = (), is_admin: bool = False) -> str:
+    def create(
+        self,
+        principal: str,
+        *,
+        queues: list[str] | tuple[str, ...] = (),
+        is_admin: bool = False,
+        actor: str = audit.SYSTEM_ACTOR,
+    ) -> str:
         """Create a token for `principal`, scoped to `queues` (all queues if admin); return it."""
-        return self.issue(principal, queues=queues, is_admin=is_admin)[0]
+        return self.issue(principal, queues=queues, is_admin=is_admin, actor=actor)[0]
 
     def issue(
-        self, principal: str, *, queues: list[str] | tuple[str, ...] = (), is_admin: bool = False
+        self,
+        principal: str,
+        *,
+        queues: list[str] | tuple[str, ...] = (),
+        is_admin: bool = False,
+        actor: str = audit.SYSTEM_ACTOR,
     ) -> tuple[str, TokenInfo]:
-        """Create a token; return it (shown this once) and what is kept of it."""
+        """Create a token; return it (shown this once) and what is kept of it. The operations log
+        records it in the same transaction."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         params = {
             "principal": principal,
@@ -52,16 +73,33 @@ class TokenStore(EngineStore):
             "is_admin": is_admin,
             "queues": sorted(set(queues)),
         }
-        [row] = self.rows("create_token", params)
-        return token, _info(row)
+        with driver_connection(self.engine, driver_sql("create_token"), params) as conn:
+            [row] = run(conn, driver_sql("create_token"), params)
+            info = _info(row)
+            audit.OperationsLog.record(conn, actor=actor, action=audit.TOKEN_CREATED, after=described(info))
+        return token, info
 
     def list(self) -> list[TokenInfo]:
         return [_info(row) for row in self.rows("list_tokens")]
 
-    def revoke(self, token_id: int) -> TokenInfo | None:
-        """Revoke a token (again: no change); None when there is no such token."""
-        rows = self.rows("revoke_token", {"id": token_id})
-        return _info(rows[0]) if rows else None
+    def revoke(self, token_id: int, *, actor: str = audit.SYSTEM_ACTOR) -> TokenInfo | None:
+        """Revoke a token (again: no change, and no entry in the operations log); None when there
+        is no such token."""
+        params = {"id": token_id}
+        with driver_connection(self.engine, driver_sql("revoke_token"), params) as conn:
+            rows = run(conn, driver_sql("revoke_token"), params)
+            if not rows:
+                return None
+            info = _info(rows[0])
+            if rows[0]["newly_revoked"]:
+                audit.OperationsLog.record(
+                    conn,
+                    actor=actor,
+                    action=audit.TOKEN_REVOKED,
+                    before={**described(info), "revoked_on": None},
+                    after={**described(info), "revoked_on": info.revoked_on.isoformat() if info.revoked_on else None},
+                )
+        return info
 
     def authenticate(self, token: str) -> Principal | None:
         rows = self.rows("find_token", {"token_hash": hash_token(token)})

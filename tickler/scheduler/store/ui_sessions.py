@@ -8,9 +8,10 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from tickler.scheduler.db import driver_rows
+from tickler.scheduler.db import driver_connection, driver_rows
 from tickler.scheduler.models import Principal
-from tickler.scheduler.sql import file_queries
+from tickler.scheduler.sql import file_queries, run
+from tickler.scheduler.store.audit import ADMIN_SIGNED_IN, OperationsLog
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.tokens import hash_token
 
@@ -31,15 +32,19 @@ class LiveSession:
 
 
 class SessionStore(EngineStore):
-    def start(self, token: str, *, lifetime_seconds: float) -> tuple[str, datetime]:
-        """A new session for `token`; returns its id (for the cookie only) and when it ends."""
+    def start(self, token: str, *, lifetime_seconds: float, admin: str | None = None) -> tuple[str, datetime]:
+        """A new session for `token`; returns its id (for the cookie only) and when it ends. An
+        admin's sign-in (`admin`: its name) is an entry of the operations log, written with it."""
         session_id = secrets.token_urlsafe(32)
         params = {
             "id_hash": _id_hash(session_id),
             "token_hash": hash_token(token),
             "lifetime_seconds": lifetime_seconds,
         }
-        [[expires_on]] = driver_rows(self.engine, _sql("start_ui_session"), params, tuples=True)
+        with driver_connection(self.engine, _sql("start_ui_session"), params) as conn:
+            [[expires_on]] = run(conn, _sql("start_ui_session"), params, tuples=True)
+            if admin is not None:
+                OperationsLog.record(conn, actor=admin, action=ADMIN_SIGNED_IN)
         return session_id, expires_on
 
     def find(self, session_id: str) -> LiveSession | None:

@@ -1,0 +1,55 @@
+"""`tickler audit` (the operations log for people and, with --json, for scripts) and the
+upcoming-load line of `tickler queues show`, run in-process against the test database."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tickler.cli import main
+from tickler.config import Settings
+from tickler.scheduler.models import NewEvent, Queue
+from tickler.scheduler.store import QueueSettings, Store
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, database_url: str, capsys: pytest.CaptureFixture[str]) -> Callable[..., str]:
+    monkeypatch.setenv("TICKLER_DATABASE_URL", database_url)
+    monkeypatch.setenv("TICKLER_MIGRATE_ON_START", "false")
+
+    def run(*args: str, code: int = 0) -> str:
+        assert main(list(args)) == code
+        return capsys.readouterr().out
+
+    return run
+
+
+def test_audit_lists_changes_newest_first_for_people_and_scripts(cli: Callable[..., str], store: Store) -> None:
+    cli("queues", "pause", "jobs", code=1)  # no such queue: nothing changed, nothing logged
+    store.queues.put("jobs", QueueSettings(), Settings(), actor="ops")
+    cli("queues", "pause", "jobs")
+    entries = json.loads(cli("audit", "--json"))["entries"]
+    assert [(e["action"], e["queue"]) for e in entries] == [("queue.paused", "jobs"), ("queue.created", "jobs")]
+    assert entries[0]["actor"].startswith("cli:")
+    assert entries[0]["before"] == {"paused": False} and entries[0]["after"] == {"paused": True}
+    table = cli("audit", "--queue", "jobs", "--action", "queue.paused").splitlines()
+    assert table[0].split() == ["AT", "ACTOR", "ACTION", "QUEUE", "CHANGES"]
+    assert len(table) == 2 and "paused: False -> True" in table[1]
+    assert json.loads(cli("audit", "--json", "--actor", "nobody")) == {"entries": []}
+    cli("audit", "--action", "queue.exploded", code=2)
+
+
+def test_queues_show_has_the_upcoming_load(
+    cli: Callable[..., str], store: Store, make_queue: Callable[..., Queue]
+) -> None:
+    queue = make_queue("jobs")
+    now = datetime.now(UTC)
+    events = [
+        NewEvent(item_key=f"k{i}", data={}, schedule_on=now + timedelta(hours=h)) for i, h in enumerate([2, 3, 30])
+    ]
+    store.events.schedule_batch(queue, events, actor="t")
+    [line] = [line for line in cli("queues", "show", "jobs").splitlines() if line.startswith("next 24 h")]
+    assert "2 pending falling due" in line and "1 later" in line
