@@ -191,6 +191,19 @@ def test_the_log_answers_by_value_without_holding_it(
     assert raw.execute("SELECT count(*) FROM tickler_erasure_work").fetchone() == (0,)
 
 
+def test_an_erasure_request_is_one_entry_of_the_operations_log_without_the_values(
+    client: FlaskClient, emails: str, token: str, admin_token: str
+) -> None:
+    assert schedule(client, token, f"welcome:{EMAIL}", group_key=EMAIL).status_code == 202
+    asked = erase(client, admin_token, group_key=EMAIL, queues=["emails"]).json
+    response = client.get("/v1/audit?action=erasure.requested", headers=auth(admin_token))
+    assert response.status_code == 200, response.json
+    [entry] = response.json["entries"]
+    assert entry["actor"] == "ops" and entry["after"]["erasure_id"] == asked["id"]
+    assert entry["after"]["queues"] == ["emails"] and entry["after"]["reason"] == "subject asked"
+    assert MARK not in str(entry)
+
+
 def test_an_erasure_run_again_changes_nothing_more(
     client: FlaskClient, emails: str, token: str, admin_token: str, engine: sa.Engine, raw: psycopg.Connection[Any]
 ) -> None:
