@@ -144,7 +144,7 @@ def record(
 
 # The settings that move results, recorded with each run.
 RUN_SETTINGS = ["autovacuum", "synchronous_commit", "fsync", "max_wal_size", "checkpoint_timeout", "shared_buffers"]
-PACKAGES = ("psycopg", "SQLAlchemy", "Flask", "gunicorn", "pgqueuer")
+PACKAGES = ("psycopg", "SQLAlchemy", "Flask", "gunicorn", "pgqueuer", "awa-pg")
 
 
 def run_settings(admin_url: str) -> str:
