@@ -111,8 +111,11 @@ def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection:
     return psycopg.connect(url, autocommit=autocommit, prepare_threshold=0)
 
 
-def insert_one(conn: psycopg.Connection, queue: str, key: str, *, delay: float = 0.0, group: str | None = None) -> None:
-    conn.execute(INSERT_ONE, (queue, key, group, delay, json.dumps({"n": key})))
+def insert_one(
+    conn: psycopg.Connection, queue: str, key: str, *, delay: float = 0.0, group: str | None = None, data: str = ""
+) -> None:
+    """One job; `data`: its JSON text ({"n": key} when not given)."""
+    conn.execute(INSERT_ONE, (queue, key, group, delay, data or json.dumps({"n": key})))
 
 
 def insert_copy(
@@ -123,13 +126,16 @@ def insert_copy(
     delay: float = 0.0,
     groups: Sequence[str | None] | None = None,
     update: bool = False,
+    data: Sequence[str] | None = None,
 ) -> None:
     """COPY into a temporary table, then one INSERT ... ON CONFLICT: the fastest enqueue we know.
-    An open job of a key is left alone, or with `update` takes the new time, group and data."""
+    An open job of a key is left alone, or with `update` takes the new time, group and data.
+    `data`: each job's JSON text (no tab, newline or backslash), else {"n": key}."""
     buffer = io.StringIO()
     for index, key in enumerate(keys):
         group = (groups[index] if groups else None) or "\\N"
-        buffer.write(f'{key}\t{group}\t{delay}\t{{"n": "{key}"}}\n')
+        text = data[index] if data else f'{{"n": "{key}"}}'
+        buffer.write(f"{key}\t{group}\t{delay}\t{text}\n")
     with conn.transaction():
         conn.execute(STAGE)
         conn.execute("TRUNCATE bench_stage")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import psycopg
@@ -12,6 +13,12 @@ from bench.harness import QUEUE, finish_time, store_for, wait_until_drained
 from tickler.scheduler.models import NewEvent
 
 _counter = [0]
+# The payload of the peers' shape: a number and 64 characters (bench/peers.py).
+PAD = "x" * 64
+
+
+def padded(n: int) -> dict[str, object]:
+    return {"i": n, "pad": PAD}
 
 
 def _keys(n: int) -> list[str]:
@@ -20,8 +27,9 @@ def _keys(n: int) -> list[str]:
     return [f"k{start + i}" for i in range(n)]
 
 
-def fill_tickler(url: str, n: int, *, groups: int = 0, delay_seconds: float = 3600.0) -> None:
-    """Schedule `n` events (an hour ahead by default) through the store, 10,000 per statement."""
+def fill_tickler(url: str, n: int, *, groups: int = 0, delay_seconds: float = 3600.0, pad: bool = False) -> None:
+    """Schedule `n` events (an hour ahead by default) through the store, 10,000 per statement;
+    pad: the data is padded(i) instead of {"n": key}."""
     store = store_for(url, pool_size=1)
     queue = store.queues.get(QUEUE)
     keys = _keys(n)
@@ -31,7 +39,7 @@ def fill_tickler(url: str, n: int, *, groups: int = 0, delay_seconds: float = 36
             events = [
                 NewEvent(
                     item_key=key,
-                    data={"n": key},
+                    data=padded(start + i) if pad else {"n": key},
                     delay_seconds=delay_seconds,
                     group_key=f"g{(start + i) % groups}" if groups else None,
                 )
@@ -63,19 +71,20 @@ def tickler_rate(url: str, n: int, *, groups: int = 0) -> float:
     return tickler_drain(url, n, [], groups=groups)[0]
 
 
-def tickler_drain(url: str, n: int, pids: Sequence[int], *, groups: int = 0) -> tuple[float, CpuUse]:
+def tickler_drain(url: str, n: int, pids: Sequence[int], *, groups: int = 0, pad: bool = False) -> tuple[float, CpuUse]:
     """tickler_rate, and the CPU the worker processes `pids` and the database spent draining."""
-    fill_tickler(url, n, groups=groups)
+    fill_tickler(url, n, groups=groups, pad=pad)
     with CpuMeter(url, pids) as meter:
         due = make_due_soon(url)
         wait_until_drained(url)
     return n / (finish_time(url) - due), meter.use
 
 
-def baseline_fill(url: str, n: int, *, groups: int = 0, delay: float = 0.0) -> None:
+def baseline_fill(url: str, n: int, *, groups: int = 0, delay: float = 0.0, pad: bool = False) -> None:
     keys = _keys(n)
     with baseline.connect(url, autocommit=False) as conn:
         for start in range(0, n, 10_000):
             chunk = keys[start : start + 10_000]
             group_keys = [f"g{(start + i) % groups}" for i in range(len(chunk))] if groups else None
-            baseline.insert_copy(conn, QUEUE, chunk, delay=delay, groups=group_keys)
+            data = [json.dumps(padded(start + i)) for i in range(len(chunk))] if pad else None
+            baseline.insert_copy(conn, QUEUE, chunk, delay=delay, groups=group_keys, data=data)

@@ -43,6 +43,9 @@ class Row:
     # The peer (pgqueuer) doing the same work in the same run; None: no equivalent, or not installed.
     peer: float | None = None
     peer_runs: list[float] = field(default_factory=list)
+    # Further peers doing the same work (by name: "awa-pg"), each with its median and its runs.
+    others: dict[str, float] = field(default_factory=dict)
+    others_runs: dict[str, list[float]] = field(default_factory=dict)
     # CPU µs per event, [application, database], per side ("tickler", "peer", "baseline").
     cpu: dict[str, list[float]] = field(default_factory=dict)
 

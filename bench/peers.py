@@ -1,10 +1,16 @@
-"""tickler, the peer (pgqueuer) and the plain-SQL baseline doing the same work in the same run.
+"""tickler, the peers (pgqueuer; awa-pg for the batch) and the plain-SQL baseline doing the same work
+in the same run.
 
 Each side is driven through its public interface: tickler's store and Worker, pgqueuer's
-SyncQueries and QueueManager (bench/pgq.py), the baseline's SQL (bench/baseline.py). tickler and
-the baseline share a fresh database (one after the other); the peer gets a fresh database of its
-own with its schema installed by its own installer. Without pgqueuer installed (`pip install -e
-'.[bench]'`), the peer's cells say "—".
+SyncQueries and QueueManager (bench/pgq.py), awa's Client (bench/awa_peer.py), the baseline's SQL
+(bench/baseline.py). tickler and the baseline share a fresh database (one after the other); each
+peer gets a fresh database of its own with its schema installed by its own installer. Without a
+peer installed (`pip install -e '.[bench]'`), its cells say "—".
+
+Every event has the same shape on every side, the one a keyed, grouped producer writes: its own
+key (a dedupe key for pgqueuer, the arguments for awa), a group out of GROUPS (awa's ordering key;
+pgqueuer has no groups), the payload {"i": n, "pad": <64 characters>}, tickler's on_conflict
+`ignore` (every key is new, so each side writes every event).
 """
 
 from __future__ import annotations
@@ -16,14 +22,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import baseline, pgq
+from bench import awa_peer, baseline, pgq
 from bench.cpu import CpuMeter, CpuUse, SelfCpu
-from bench.drain import baseline_fill, tickler_drain
+from bench.drain import baseline_fill, padded, tickler_drain
 from bench.harness import QUEUE, Context, Row, clock_offset, make_queue, median, median_cpu, percentile, say, store_for
 from bench.lateness import LEAD, baseline_lateness, produce, tickler_lateness
 from bench.procs import WorkerSpec, baseline_drain, race, tickler_workers
 
 _round = [0]
+GROUPS = 1_000
+
+
+def _group(i: int) -> str:
+    return f"g{i % GROUPS}"
 
 
 def _prefix() -> str:
@@ -36,6 +47,7 @@ def _prefix() -> str:
 
 def _enqueue_client(side: str, url: str, prefix: str, count: int, go: Any, out: Any) -> None:
     from tickler.scheduler.models import NewEvent
+    from tickler.scheduler.states import OnConflict
 
     if side == "tickler":
         store = store_for(url, pool_size=1)
@@ -45,9 +57,8 @@ def _enqueue_client(side: str, url: str, prefix: str, count: int, go: Any, out: 
         go.wait()
         cpu = SelfCpu(backend)
         for i in range(count):
-            store.events.schedule(
-                queue, NewEvent(item_key=f"{prefix}{i}", data={"n": i}, delay_seconds=3600), actor="bench"
-            )
+            event = NewEvent(item_key=f"{prefix}{i}", data=padded(i), delay_seconds=3600, group_key=_group(i))
+            store.events.schedule(queue, event, actor="bench", on_conflict=OnConflict.IGNORE)
         out.put((time.time(), cpu.spent()))
         store.engine.dispose()
     elif side == "peer":
@@ -55,7 +66,7 @@ def _enqueue_client(side: str, url: str, prefix: str, count: int, go: Any, out: 
         go.wait()
         cpu = SelfCpu(producer.conn.info.backend_pid)
         for i in range(count):
-            producer.one(f"{prefix}{i}")
+            producer.one(f"{prefix}{i}", payload=padded(i))
         out.put((time.time(), cpu.spent()))
         producer.close()
     else:
@@ -63,7 +74,9 @@ def _enqueue_client(side: str, url: str, prefix: str, count: int, go: Any, out: 
             go.wait()
             cpu = SelfCpu(conn.info.backend_pid)
             for i in range(count):
-                baseline.insert_one(conn, QUEUE, f"{prefix}{i}", delay=3600)
+                baseline.insert_one(
+                    conn, QUEUE, f"{prefix}{i}", delay=3600, group=_group(i), data=json.dumps(padded(i))
+                )
             out.put((time.time(), cpu.spent()))
 
 
@@ -75,20 +88,42 @@ def _enqueue_rate(side: str, url: str, clients: int, total: int) -> tuple[float,
     return events / (max(t for t, _ in results) - started), CpuUse.total(c for _, c in results).per_event_us(events)
 
 
-# -- enqueue a batch of 1,000 with keys, one client, in this process ----------------------------------
+# -- enqueue a batch of 1,000 keyed, grouped events, one client, in this process ----------------------
 
 
 def _batch_tickler(url: str) -> Callable[[list[str]], None]:
     from tickler.scheduler.models import NewEvent
+    from tickler.scheduler.states import OnConflict
 
     store = store_for(url, pool_size=1)
     queue = store.queues.get(QUEUE)
-    return lambda keys: [
-        store.events.schedule_batch(
-            queue, [NewEvent(item_key=k, data={"n": k}, delay_seconds=3600) for k in keys], actor="bench"
-        ),
-        None,
-    ][1]
+
+    def insert(keys: list[str]) -> None:
+        events = [
+            NewEvent(item_key=k, data=padded(i), delay_seconds=3600, group_key=_group(i)) for i, k in enumerate(keys)
+        ]
+        store.events.schedule_batch(queue, events, actor="bench", on_conflict=OnConflict.IGNORE)
+
+    return insert
+
+
+def _batch_baseline(conn: Any) -> Callable[[list[str]], None]:
+    def insert(keys: list[str]) -> None:
+        groups = [_group(i) for i in range(len(keys))]
+        data = [json.dumps(padded(i)) for i in range(len(keys))]
+        baseline.insert_copy(conn, QUEUE, keys, delay=3600, groups=groups, data=data)
+
+    return insert
+
+
+def _batch_pgq(producer: pgq.Producer) -> Callable[[list[str]], None]:
+    return lambda keys: producer.many(keys, payloads=[padded(i) for i in range(len(keys))])
+
+
+def _batch_awa(producer: awa_peer.Producer) -> Callable[[list[str]], None]:
+    return lambda keys: producer.many(
+        keys, [padded(i) for i in range(len(keys))], [_group(i) for i in range(len(keys))]
+    )
 
 
 def _batch_rate(url: str, insert: Callable[[list[str]], None], batch: int, batches: int) -> tuple[float, list[float]]:
@@ -110,7 +145,7 @@ def _drain_peer(url: str, n: int, workers: int, batch: int, repeats: int) -> tup
     runs, cpus = [], []
     with pgq.workers(url, workers, batch) as procs:
         for _ in range(repeats):
-            pgq.fill(url, [f"{_prefix()}{i}" for i in range(n)])
+            pgq.fill(url, [f"{_prefix()}{i}" for i in range(n)], payloads=[padded(i) for i in range(n)])
             with CpuMeter(url, [p.pid for p in procs if p.pid]) as meter:
                 due = pgq.make_due_soon(url)
                 pgq.wait_until_drained(url)
@@ -159,6 +194,8 @@ def run(ctx: Context) -> list[Row]:
         say("pgqueuer is not installed (pip install -e '.[bench]'): the peer's cells say —")
     else:
         say(f"peer: pgqueuer {pgq.version()}")
+    if awa_peer.available():
+        say(f"peer: awa-pg {awa_peer.version()} (the batch row)")
     rows = [*_enqueue_rows(ctx, peer), _batch_row(ctx, peer), *_drain_rows(ctx, peer)]
     if not ctx.quick:  # quick: the lateness scenario proves the tickler and baseline sides
         rows += _lateness_rows(ctx, peer)
@@ -166,8 +203,10 @@ def run(ctx: Context) -> list[Row]:
 
 
 def _row(name: str, unit: str, sides: dict[str, tuple[list[float], list[list[float]]]], target: str = "-") -> Row:
+    """The row of sides "tickler", "baseline", "peer" (pgqueuer) and any other peer by its name."""
     t, b = sides["tickler"], sides["baseline"]
     p = sides.get("peer")
+    others = {side: runs for side, runs in sides.items() if side not in ("tickler", "baseline", "peer")}
     row = Row(
         name,
         median(t[0]),
@@ -179,9 +218,14 @@ def _row(name: str, unit: str, sides: dict[str, tuple[list[float], list[list[flo
         baseline_runs=b[0],
         peer=median(p[0]) if p else None,
         peer_runs=p[0] if p else [],
+        others={side: median(runs) for side, (runs, _) in others.items()},
+        others_runs={side: runs for side, (runs, _) in others.items()},
         cpu={side: median_cpu(cpus) for side, (_, cpus) in sides.items() if cpus},
     )
-    say(f"{name}: tickler {row.tickler:,.1f}, pgqueuer {row.peer or 0:,.1f}, baseline {row.baseline:,.1f} {unit}")
+    peers = "".join(f", {side} {value:,.1f}" for side, value in row.others.items())
+    say(
+        f"{name}: tickler {row.tickler:,.1f}, pgqueuer {row.peer or 0:,.1f}{peers}, baseline {row.baseline:,.1f} {unit}"
+    )
     return row
 
 
@@ -201,7 +245,8 @@ def _enqueue_rows(ctx: Context, peer: bool) -> list[Row]:
                 pgq.install(url)
                 measured = [_enqueue_rate("peer", url, clients, total) for _ in range(ctx.repeats)]
                 sides["peer"] = ([m[0] for m in measured], [m[1] for m in measured])
-        rows.append(_row(f"peers: enqueue 1 event/transaction, in-process, {clients} client(s)", "events/s", sides))
+        name = f"peers: enqueue 1 keyed event in {GROUPS:,} groups/transaction, in-process, {clients} client(s)"
+        rows.append(_row(name, "events/s", sides))
     return rows
 
 
@@ -215,27 +260,39 @@ def _batch_row(ctx: Context, peer: bool) -> Row:
         measured = [_batch_rate(url, insert, batch, batches) for _ in range(ctx.repeats)]
         sides["tickler"] = ([m[0] for m in measured], [m[1] for m in measured])
         with baseline.connect(url, autocommit=False) as conn:
-            measured = [
-                _batch_rate(url, lambda keys: baseline.insert_copy(conn, QUEUE, keys, delay=3600), batch, batches)
-                for _ in range(ctx.repeats)
-            ]
+            measured = [_batch_rate(url, _batch_baseline(conn), batch, batches) for _ in range(ctx.repeats)]
         sides["baseline"] = ([m[0] for m in measured], [m[1] for m in measured])
     if peer:
         with ctx.database(tickler=False) as url:
             pgq.install(url)
             producer = pgq.Producer(url)
             try:
-                measured = [_batch_rate(url, producer.many, batch, batches) for _ in range(ctx.repeats)]
+                measured = [_batch_rate(url, _batch_pgq(producer), batch, batches) for _ in range(ctx.repeats)]
             finally:
                 producer.close()
             sides["peer"] = ([m[0] for m in measured], [m[1] for m in measured])
-    return _row(f"peers: enqueue a batch of {batch:,} with keys, in-process, 1 client", "events/s", sides)
+    if awa_peer.available():
+        with ctx.database(tickler=False) as url:
+            awa_peer.install(url)
+            awa = awa_peer.Producer(url)
+            try:
+                # awa's client keeps a pool: its backends are measured as the database's side
+                measured = [_batch_rate(url, _batch_awa(awa), batch, batches) for _ in range(ctx.repeats)]
+            finally:
+                awa.close()
+            sides["awa-pg"] = ([m[0] for m in measured], [m[1] for m in measured])
+    name = (
+        f"peers: enqueue a batch of {batch:,}, every event keyed, in {GROUPS:,} groups, on_conflict ignore, "
+        "in-process, 1 client"
+    )
+    return _row(name, "events/s", sides)
 
 
 def _drain_rows(ctx: Context, peer: bool) -> list[Row]:
-    configs = ((1, 10, 100),) if ctx.quick else ((1, 1, 2_000), (1, 10, 10_000), (1, 100, 30_000), (4, 10, 20_000))
+    n = ctx.size(100, 20_000)
+    configs = [(1, 10)] if ctx.quick else [(workers, batch) for workers in (1, 4) for batch in (1, 10, 100)]
     rows = []
-    for workers, batch, n in configs:
+    for workers, batch in configs:
         sides: dict[str, tuple[list[float], list[list[float]]]] = {}
         with ctx.database() as url:
             make_queue(url)
@@ -243,19 +300,24 @@ def _drain_rows(ctx: Context, peer: bool) -> list[Row]:
             room = {"concurrency": max(96, batch), "queue_concurrency": max(64, batch)}
             specs = [WorkerSpec(url, QUEUE, batch, name=f"w{i}", **room) for i in range(workers)]  # type: ignore[arg-type]
             with tickler_workers(specs) as procs:
-                measured = [tickler_drain(url, n, [p.pid for p in procs if p.pid]) for _ in range(ctx.repeats)]
+                pids = [p.pid for p in procs if p.pid]
+                measured = [tickler_drain(url, n, pids, groups=GROUPS, pad=True) for _ in range(ctx.repeats)]
             sides["tickler"] = ([m[0] for m in measured], [m[1].per_event_us(n) for m in measured])
             base = []
             for _ in range(ctx.repeats):
-                baseline_fill(url, n)
-                seconds, cpu = baseline_drain(url, QUEUE, workers=workers, batch=batch)
+                baseline_fill(url, n, groups=GROUPS, pad=True)
+                seconds, cpu = baseline_drain(url, QUEUE, workers=workers, batch=batch, group=True)
                 base.append((n / seconds, cpu.per_event_us(n)))
             sides["baseline"] = ([m[0] for m in base], [m[1] for m in base])
         if peer:
             with ctx.database(tickler=False) as url:
                 pgq.install(url)
                 sides["peer"] = _drain_peer(url, n, workers, batch, ctx.repeats)
-        name = f"peers: drain no-op, batch {batch}, {workers} worker(s), {n:,} events due at once"
+        name = (
+            f"peers: drain no-op, batch {batch}, {workers} worker(s), {n:,} keyed events in {GROUPS:,} groups due at "
+            f"once (a claim of tickler and the baseline takes {batch} whole group(s); pgqueuer, without groups, "
+            f"{batch} job(s))"
+        )
         rows.append(_row(name, "events/s", sides))
     return rows
 

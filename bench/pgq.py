@@ -66,16 +66,18 @@ class Producer:
         self.conn = psycopg.connect(url, autocommit=True)
         self.queries = SyncQueries(SyncPsycopgDriver(self.conn))
 
-    def one(self, key: str, *, delay: float = 3600.0) -> None:
-        payload = json.dumps({"n": key}).encode()
-        self.queries.enqueue(ENTRYPOINT, payload, execute_after=timedelta(seconds=delay), dedupe_key=key)
+    def one(self, key: str, *, delay: float = 3600.0, payload: dict[str, Any] | None = None) -> None:
+        body = json.dumps(payload if payload is not None else {"n": key}).encode()
+        self.queries.enqueue(ENTRYPOINT, body, execute_after=timedelta(seconds=delay), dedupe_key=key)
 
-    def many(self, keys: Sequence[str], *, delay: float = 3600.0) -> None:
-        """One statement for the whole list (pgqueuer's batch enqueue)."""
+    def many(
+        self, keys: Sequence[str], *, delay: float = 3600.0, payloads: Sequence[dict[str, Any]] | None = None
+    ) -> None:
+        """One statement for the whole list (pgqueuer's batch enqueue); payloads: {"n": key} when not given."""
         n = len(keys)
         self.queries.enqueue(
             [ENTRYPOINT] * n,
-            [json.dumps({"n": k}).encode() for k in keys],
+            [json.dumps(payloads[i] if payloads else {"n": k}).encode() for i, k in enumerate(keys)],
             [0] * n,
             [timedelta(seconds=delay)] * n,
             list(keys),
@@ -160,10 +162,18 @@ def workers(url: str, count: int, batch: int, *, record: str = "", settle: float
         yield procs
 
 
-def fill(url: str, keys: Sequence[str], *, delay: float = 3600.0, chunk: int = 10_000) -> None:
+def fill(
+    url: str,
+    keys: Sequence[str],
+    *,
+    delay: float = 3600.0,
+    chunk: int = 10_000,
+    payloads: Sequence[dict[str, Any]] | None = None,
+) -> None:
     producer = Producer(url)
     try:
         for start in range(0, len(keys), chunk):
-            producer.many(keys[start : start + chunk], delay=delay)
+            part = payloads[start : start + chunk] if payloads else None
+            producer.many(keys[start : start + chunk], delay=delay, payloads=part)
     finally:
         producer.close()

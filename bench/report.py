@@ -67,12 +67,20 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("lateness",),
     ),
     (
-        "Beside pgqueuer",
+        "Beside pgqueuer and awa-pg",
         f"The same work through {PEER}'s public API (bench/pgq.py: its own schema installer, "
         "`SyncQueries.enqueue` with a dedupe key standing for tickler's key, `QueueManager` workers with an "
-        "async no-op entrypoint) in a database of its own, in the same run. Enqueue in-process, one event "
-        "per transaction or one batch of 1,000 per statement; drains of events due at one instant; p99 "
-        "lateness in the steady state (the first 5 s and the last 1 s of due times left out).",
+        "async no-op entrypoint) in a database of its own, in the same run. Every event has the shape a keyed, "
+        "grouped producer writes, on every side: its own key, a group out of 1,000 (pgqueuer has no groups), "
+        'the payload `{"i": n, "pad": <64 characters>}`, and tickler\'s `on_conflict` `ignore`. Enqueue '
+        "in-process, one event per transaction or one batch of 1,000 per statement; drains of 20,000 events "
+        "due at one instant (a claim of tickler and the baseline takes whole groups, pgqueuer's takes jobs); p99 "
+        "lateness in the steady state (the first 5 s and the last 1 s of due times left out). awa-pg "
+        "(bench/awa_peer.py: `Client.migrate()` and `install_queue_storage()`, then `enqueue_many_copy` with "
+        "`unique_opts` by arguments, the group as its `ordering_key`) is in the batch row only: its workers run "
+        "in its Rust runtime, which bench/ does not drive yet, and without its queue-storage backend its COPY "
+        "enqueue refuses to run (its older `insert_many_copy` wrote about 1,000 jobs/s here). A batch holding a "
+        "key an open awa job has fails whole (awa has no `ignore`); the batches hold new keys only.",
         ("peers",),
     ),
     (
@@ -136,7 +144,7 @@ def record(
 
 # The settings that move results, recorded with each run.
 RUN_SETTINGS = ["autovacuum", "synchronous_commit", "fsync", "max_wal_size", "checkpoint_timeout", "shared_buffers"]
-PACKAGES = ("psycopg", "SQLAlchemy", "Flask", "gunicorn", "pgqueuer")
+PACKAGES = ("psycopg", "SQLAlchemy", "Flask", "gunicorn", "pgqueuer", "awa-pg")
 
 
 def run_settings(admin_url: str) -> str:
@@ -204,9 +212,11 @@ def _cpu(row: Row, sides: tuple[str, ...]) -> str:
 def table(rows: list[Row]) -> str:
     """A markdown table of rows; the peer, target and CPU columns only when a row has them."""
     peer = any(row.peer is not None for row in rows)
+    others = sorted({name for row in rows for name in row.others})
     targets = any(row.target not in ("", "-") for row in rows)
-    sides = tuple(side for side in SIDES if any(side in row.cpu for row in rows))
-    head = ["case", "tickler", *([PEER] if peer else []), "baseline", "ratio", *([f"{PEER} ratio"] if peer else [])]
+    sides = tuple(side for side in (*SIDES, *others) if any(side in row.cpu for row in rows))
+    head = ["case", "tickler", *([PEER] if peer else []), *others, "baseline", "ratio"]
+    head += [*([f"{PEER} ratio"] if peer else []), *(f"{name} ratio" for name in others)]
     head += ["target", "met?"] if targets else []
     head += [f"CPU µs/event (app + db): {' / '.join(PEER if s == 'peer' else s for s in sides)}"] if sides else []
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1 - 2 * targets - bool(sides))]
@@ -215,8 +225,13 @@ def table(rows: list[Row]) -> str:
         case = row.scenario.split(": ", 1)[1] if row.scenario.startswith(("peers: ", "pipeline: ")) else row.scenario
         cells = [case + (f" ({row.note})" if row.note else ""), _fmt(row.tickler, row.unit)]
         cells += [_fmt(row.peer, row.unit)] if peer else []
+        cells += ["—" if row.others.get(name) is None else _fmt(row.others[name], row.unit) for name in others]
         cells += [_fmt(row.baseline, row.unit), f"{row.ratio:.2f}" if row.ratio is not None else "—"]
         cells += [f"{row.peer / row.baseline:.2f}" if row.peer is not None and row.baseline else "—"] if peer else []
+        cells += [
+            f"{row.others[name] / row.baseline:.2f}" if row.others.get(name) and row.baseline else "—"
+            for name in others
+        ]
         cells += [row.target, {True: "yes", False: "**no**", None: "-"}[row.met]] if targets else []
         cells += [_cpu(row, sides)] if sides else []
         lines.append("| " + " | ".join(cells) + " |")

@@ -18,6 +18,7 @@ CASES = (
     ("", 1_000, 30, 0, None),
     ("", 10_000, 5, 0, None),
     ("in 100 groups", 1_000, 30, 100, None),
+    ("in 1,000 groups", 1_000, 30, 1_000, None),  # a group per event of a batch: no group repeats in it
     *((f"over open keys, on_conflict {mode}", 1_000, 30, 0, mode) for mode in MODES),
 )
 

@@ -51,6 +51,7 @@ CREATE TABLE tickler_queue (
     archive_before_prune boolean DEFAULT false NOT NULL,
     fair_share boolean DEFAULT false NOT NULL,
     max_in_flight_per_key integer,
+    grouped_fairness boolean DEFAULT false NOT NULL,
     CONSTRAINT tickler_queue_backoff_initial_seconds_check CHECK ((backoff_initial_seconds >= (0)::double precision)),
     CONSTRAINT tickler_queue_backoff_multiplier_check CHECK ((backoff_multiplier >= (1)::double precision)),
     CONSTRAINT tickler_queue_check CHECK ((backoff_max_seconds >= backoff_initial_seconds)),
@@ -66,6 +67,8 @@ CREATE TABLE tickler_queue (
     CONSTRAINT tickler_queue_pkey PRIMARY KEY (name)
 )
 WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000');
+
+COMMENT ON COLUMN tickler_queue.grouped_fairness IS 'A grouped event of the queue has had a fairness key (set by tickler_check_group_fairness, never reset).';
 
 
 -- Open events only (waiting, due, in flight): what claims, due counts and gauges read; a finish

@@ -83,6 +83,8 @@ DECLARE
     v_round      integer := 0;
     v_position   jsonb;        -- item_key -> position (more than one item)
     v_left       text[];       -- keys not settled yet
+    v_grouped_fairness boolean;  -- a grouped event of the queue has had a fairness key
+    v_checked    boolean;      -- the INSERT's groups agree on their fairness keys (see there)
     s_keys       text[];       -- the keys inserted, in the order of their rows
     r_outcome text[];  r_id bigint[];  r_event tickler_event[];  -- results, by position
     s_pos integer[];  s_ids bigint[];  s_earliest timestamptz;  s_previous timestamptz[];  s_leased boolean[];
@@ -98,7 +100,7 @@ BEGIN
     -- FOR KEY SHARE, held to commit, whether or not we notify: a dispatcher that wants to sleep
     -- locks the row FOR UPDATE first, so either it waits for our commit and then sees our events,
     -- or it has committed its next_wake before we read it here (see tickler_queue.next_wake).
-    SELECT q.max_attempts, q.next_wake INTO v_attempts, v_next_wake
+    SELECT q.max_attempts, q.next_wake, q.grouped_fairness INTO v_attempts, v_next_wake, v_grouped_fairness
     FROM tickler_queue AS q WHERE q.name = p_queue FOR KEY SHARE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'tickler_schedule: no queue %', p_queue USING ERRCODE = 'foreign_key_violation';
@@ -298,6 +300,51 @@ BEGIN
             END IF;
         END IF;
 
+        -- The groups' one fairness key (tickler_check_group_fairness, BEFORE ROW) for the rows
+        -- this INSERT may write, settled once for the statement instead of by the trigger's
+        -- statement per grouped row (its probe of the group's first open event, a random read
+        -- of the index and the heap, was what a grouped batch cost more than an ungrouped one):
+        -- no grouped event of the queue ever had a key (tickler_queue.grouped_fairness) and no
+        -- item has one, so no group can mix keys; or, for a batch, every item of a group asks
+        -- one key and the group's first open event has it (or there is none), one probe per
+        -- group. Only such a clean answer is taken: the trigger, told for this one statement
+        -- (tickler.group_fairness_checked), then has nothing to refuse; otherwise it checks each
+        -- row as ever and refuses what it refuses.
+        v_checked := false;
+        IF coalesce(cardinality(array_remove(a_group, NULL)), 0) > 0 THEN
+            IF v_changing AND NOT v_grouped_fairness THEN  -- the changes above may have given a group a key
+                SELECT q.grouped_fairness INTO v_grouped_fairness FROM tickler_queue AS q WHERE q.name = p_queue;
+            END IF;
+            IF NOT v_grouped_fairness AND coalesce(cardinality(array_remove(array_remove(a_fairness, NULL), '')), 0) = 0 THEN
+                v_checked := true;
+            ELSIF v_n > 1 THEN
+                SELECT NOT EXISTS (
+                    SELECT FROM (
+                        SELECT i.group_key, min(coalesce(i.fairness_key, '')) AS fairness_key,
+                               max(coalesce(i.fairness_key, '')) AS highest
+                        FROM unnest(a_group, a_fairness, r_outcome) AS i(group_key, fairness_key, settled)
+                        WHERE i.settled IS NULL AND i.group_key IS NOT NULL
+                        GROUP BY i.group_key
+                    ) AS b
+                    LEFT JOIN LATERAL (  -- the trigger's probe: the group's range of tickler_event_open_group
+                        SELECT e.fairness_key FROM tickler_event AS e
+                        WHERE e.queue = p_queue AND e.group_key >= b.group_key AND e.group_key <= b.group_key
+                          AND e.dequeued_on IS NULL
+                        ORDER BY e.group_key, e.schedule_on, e.id
+                        LIMIT 1
+                    ) AS o ON true
+                    WHERE b.fairness_key <> b.highest OR o.fairness_key <> b.fairness_key
+                ) INTO v_checked;
+                IF v_checked AND NOT v_grouped_fairness THEN  -- what the trigger, now told, would do
+                    UPDATE tickler_queue AS q SET grouped_fairness = true WHERE q.name = p_queue AND NOT q.grouped_fairness;
+                    v_grouped_fairness := true;
+                END IF;
+            END IF;
+        END IF;
+        IF v_checked THEN
+            PERFORM set_config('tickler.group_fairness_checked', 'on', true);
+        END IF;
+
         -- Insert where the key is free (for replace and debounce: where no open event was found),
         -- in the order given.
         WITH inserted AS (
@@ -330,6 +377,9 @@ BEGIN
         SELECT array_agg(n.item_key), array_agg(n.id), min(n.schedule_on), array_agg(n.ev)
         INTO s_keys, s_ids, s_earliest, s_events
         FROM inserted AS n CROSS JOIN logged AS l;
+        IF v_checked THEN
+            PERFORM set_config('tickler.group_fairness_checked', 'off', true);
+        END IF;
         IF v_round = 1 AND s_keys = a_key THEN
             -- Every key was free (the first round inserts every item, in the order given): the
             -- items' results are the rows inserted, position by position.
@@ -602,6 +652,10 @@ CREATE OR REPLACE FUNCTION tickler_check_group_fairness() RETURNS trigger LANGUA
 DECLARE
     v_key text;
 BEGIN
+    IF NEW.fairness_key <> '' THEN
+        -- once per queue (a no-op after): its groups may now hold keys (tickler_schedule_events)
+        UPDATE tickler_queue AS q SET grouped_fairness = true WHERE q.name = NEW.queue AND NOT q.grouped_fairness;
+    END IF;
     SELECT e.fairness_key INTO v_key
     FROM tickler_event AS e
     WHERE e.queue = NEW.queue AND e.group_key >= NEW.group_key AND e.group_key <= NEW.group_key
@@ -616,9 +670,13 @@ BEGIN
 END
 $$;
 
+-- tickler.group_fairness_checked: on for the one statement of tickler_schedule_events() whose
+-- rows it checked all at once (set and reset around that statement, transaction-local, undone
+-- with it when it fails); its test is an expression of the WHEN, so a checked row costs no call.
 CREATE OR REPLACE TRIGGER tickler_event_group_fairness
     BEFORE INSERT OR UPDATE OF group_key, fairness_key ON tickler_event
-    FOR EACH ROW WHEN (NEW.group_key IS NOT NULL AND NEW.dequeued_on IS NULL)
+    FOR EACH ROW WHEN (NEW.group_key IS NOT NULL AND NEW.dequeued_on IS NULL
+                       AND current_setting('tickler.group_fairness_checked', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION tickler_check_group_fairness();
 
 -- Change the open event of a key (PATCH): move it and/or change its data, group, priority or

@@ -1,0 +1,78 @@
+"""The second peer: awa-pg (PyPI, a Rust core with a Python SDK), driven through its public API only.
+
+Its schema goes into a database of its own by its own `Client.migrate()`, then its queue-storage
+backend by `Client.install_queue_storage()` (without it, `enqueue_many_copy` refuses: "requires an
+active queue_storage backend", and the older `insert_many_copy` path ran at about 1,000 jobs/s
+here). A batch is one `enqueue_many_copy`; awa keys a job by its arguments (`unique_opts`
+`by_args`), so the key rides in the arguments beside the payload; the group is awa's
+`ordering_key`. A batch holding a key that an open job has fails whole (UniqueConflict): awa has
+no `ignore`, so the batches compared hold new keys only, which every side writes alike.
+Only the batch enqueue is compared: awa's workers run inside its Rust runtime
+(`AsyncClient.start`), which bench/ does not drive yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+KIND = "bench"
+QUEUE = "bench"
+
+
+def available() -> bool:
+    try:
+        import awa  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def version() -> str:
+    from importlib.metadata import version as of
+
+    return of("awa-pg")
+
+
+def _client(url: str) -> Any:
+    import awa
+
+    return awa.Client(url, max_connections=2)
+
+
+def install(url: str) -> None:
+    client = _client(url)
+    try:
+        client.migrate()
+        client.install_queue_storage()
+    finally:
+        client.close()
+
+
+class Producer:
+    """awa's synchronous client (its own connection pool)."""
+
+    def __init__(self, url: str) -> None:
+        self.client = _client(url)
+
+    def many(
+        self,
+        keys: Sequence[str],
+        payloads: Sequence[dict[str, Any]],
+        groups: Sequence[str | None],
+        *,
+        delay: float = 3600.0,
+    ) -> None:
+        """One COPY for the whole list, keyed by the arguments, each job in its group's order."""
+        self.client.enqueue_many_copy(
+            [{"key": key, **payload} for key, payload in zip(keys, payloads, strict=True)],
+            kind=KIND,
+            queue=QUEUE,
+            run_at=datetime.now(UTC) + timedelta(seconds=delay),
+            unique_opts={"by_args": True},
+            opts=[{"ordering_key": group} if group else None for group in groups],
+        )
+
+    def close(self) -> None:
+        self.client.close()
