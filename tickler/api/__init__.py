@@ -15,7 +15,7 @@ from flask import Blueprint, Flask, Response, current_app, g, redirect, request
 from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from tickler.api import auth, context, docs, events, leases, operations, ops, queues, schedules, tokens, ui
+from tickler.api import auth, context, docs, events, export, leases, operations, ops, queues, schedules, tokens, ui
 from tickler.api.jsonio import StrictJSONProvider
 from tickler.api.lean import LeanSchedule
 from tickler.api.metrics import HTTP_DURATION, HTTP_REQUESTS
@@ -81,6 +81,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True,
     v1 = Blueprint("v1", __name__, url_prefix="/v1")
     v1.before_request(auth.require_token)
     v1.register_blueprint(events.bp)
+    v1.register_blueprint(export.bp)
     v1.register_blueprint(queues.bp)
     v1.register_blueprint(schedules.bp)
     v1.register_blueprint(leases.claims_bp)
