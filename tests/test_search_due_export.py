@@ -157,6 +157,26 @@ def test_the_dashboard_lists_due_events_and_links_the_due_and_dead_counts(
     assert _listed(acme) == ["due:1"]
 
 
+def test_the_dashboard_pages_back_and_forth_latest_first(client: FlaskClient, admin_token: str, emails: str) -> None:
+    from tests.helpers import schedule
+
+    base = datetime(2030, 1, 1, tzinfo=UTC)
+    for i in range(120):
+        schedule(client, admin_token, f"user:{i:03d}", schedule_on=(base + timedelta(minutes=i)).isoformat())
+    sign_in(client, admin_token)
+    pages = [client.get("/ui/queues/emails").get_data(as_text=True)]
+    assert "120 events match" in pages[0]
+    while (found := re.search(r'href="([^"]+)" rel="next"', pages[-1])) is not None:
+        pages.append(client.get(html.unescape(found[1])).get_data(as_text=True))
+    listed = [key for page in pages for key in _listed(page)]
+    assert listed == [f"user:{i:03d}" for i in reversed(range(120))]
+    back = re.search(r'href="([^"]+)" rel="prev"', pages[2])
+    assert back is not None
+    assert _listed(client.get(html.unescape(back[1])).get_data(as_text=True)) == _listed(pages[1])
+    until = client.get("/ui/queues/emails?until=2030-01-01T00:09").get_data(as_text=True)
+    assert _listed(until) == [f"user:{i:03d}" for i in reversed(range(10))]
+
+
 def test_the_bulk_box_offers_no_action_for_filters_it_cannot_apply(
     client: FlaskClient, admin_token: str, mixed: Queue
 ) -> None:
@@ -189,7 +209,9 @@ def test_fair_backlogs_count_grouped_events(
     past = NOW - timedelta(minutes=10)
     _put(store, queue, *(NewEvent(f"solo:{i}", {}, schedule_on=past, fairness_key="solo") for i in range(3)))
     for key, n in (("tenant-a", 5), ("tenant-b", 4)):
-        grouped = [NewEvent(f"{key}:{i}", {}, schedule_on=past, fairness_key=key, group_key=f"{key}:g") for i in range(n)]
+        grouped = [
+            NewEvent(f"{key}:{i}", {}, schedule_on=past, fairness_key=key, group_key=f"{key}:g") for i in range(n)
+        ]
         _put(store, queue, *grouped)
     _put(store, queue, NewEvent("mixed:1", {}, schedule_on=past, fairness_key="solo", group_key="m"))
     backlogs = UIReads(engine).fair_backlogs("emails")
@@ -222,9 +244,10 @@ def test_export_streams_csv_and_json_lines_with_the_search_filters(
     rows = list(csv.DictReader(io.StringIO(exported.get_data(as_text=True))))
     assert [r["item_key"] for r in rows] == ["due:1", "due:2", "later:1"]
     assert rows[0]["priority"] == "5" and json.loads(rows[0]["data"]) == {} and rows[0]["group_key"] == ""
-    assert client.get("/v1/queues/emails/export?limit=2", headers=auth(admin_token)).get_data(as_text=True).count(
-        "\n"
-    ) == 2
+    assert (
+        client.get("/v1/queues/emails/export?limit=2", headers=auth(admin_token)).get_data(as_text=True).count("\n")
+        == 2
+    )
     assert client.get("/v1/queues/other/export", headers=auth(token)).status_code == 404
 
 
@@ -255,7 +278,8 @@ def test_an_export_of_100000_events_streams_in_bounded_memory(
     make_queue("emails")
     raw.execute(
         "INSERT INTO tickler_event (queue, item_key, schedule_on, data, enqueued_by, max_attempts)"
-        " SELECT 'emails', format('bulk:%s', lpad(i::text, 6, '0')), timestamptz '2030-01-01' + i * interval '1 second',"
+        " SELECT 'emails', format('bulk:%s', lpad(i::text, 6, '0')),"
+        " timestamptz '2030-01-01' + i * interval '1 second',"
         " jsonb_build_object('n', i, 'note', repeat('x', 100)), 'svc', 10 FROM generate_series(0, 99999) AS i"
     )
     response = client.get("/v1/queues/emails/export?format=csv", headers=auth(admin_token), buffered=False)

@@ -72,7 +72,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     listing.add_argument("--due-from", type=_time, help="only events due at or after this RFC 3339 time")
     listing.add_argument("--due-until", type=_time, help="only events due at or before this RFC 3339 time")
     listing.add_argument(
-        "--sort", choices=("due", "-due"), default="due", help="due: earliest due first (default); --sort=-due: latest first"
+        "--sort",
+        choices=("due", "-due"),
+        default="due",
+        help="due: earliest due first (default); --sort=-due: latest first",
     )
     listing.add_argument("--limit", type=_limit, default=50, help="events per page, 1..1000 (default 50)")
     listing.add_argument("--cursor", help="the next page (printed after a full page)")

@@ -160,7 +160,9 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
         query = query.where(e.schedule_on <= where.due_until)
     if where.after is not None:
         position = sa.tuple_(e.schedule_on, e.id)
-        query = query.where(position < sa.tuple_(*where.after) if where.descending else position > sa.tuple_(*where.after))
+        query = query.where(
+            position < sa.tuple_(*where.after) if where.descending else position > sa.tuple_(*where.after)
+        )
     return query.order_by(*order(e, where.descending)).limit(where.limit)
 
 

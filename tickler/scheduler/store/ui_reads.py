@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -62,9 +61,9 @@ class UIReads(EngineStore):
         seen = int(rows[0]["seen"]) if rows else 0
         grouped_seen = int(rows[0]["grouped_seen"]) if rows else 0
         more = seen - grouped_seen >= scan or grouped_seen >= scan
-        keys = [(row["fairness_key"] or None, int(row["due"])) for row in rows]
+        listed = [(row["fairness_key"] or None, int(row["due"])) for row in rows]
         grouped = {row["fairness_key"] or None: int(row["grouped"]) for row in rows if row["grouped"]}
-        return FairBacklogs(keys, seen, more, grouped)
+        return FairBacklogs(listed, seen, more, grouped)
 
     def timeline_page(self, queue: str, item_key: str, *, before: int | None, limit: int) -> TimelinePage:
         """At most `limit` timeline rows of a key older than row `before`, newest first."""
@@ -95,5 +94,7 @@ class UIReads(EngineStore):
         """The `where.limit` events just before `before` in the search's order, nearest first
         (the previous page, read backwards)."""
         backwards = replace(where, descending=not where.descending, after=before)
-        rows = driver_rows(self.engine, *search.statement(search.build_query(queue, backwards, now), self.engine.dialect))
+        rows = driver_rows(
+            self.engine, *search.statement(search.build_query(queue, backwards, now), self.engine.dialect)
+        )
         return [Event.from_row(row) for row in rows]
