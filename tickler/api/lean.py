@@ -169,7 +169,10 @@ class LeanSchedule:
             return None
         ext = self._ext
         key = hashlib.sha256(token.encode()).digest()
-        return ext.principals.get(key, lambda: ext.store.tokens.authenticate(token))
+        found = ext.principals.get(key, lambda: ext.store.tokens.authenticate(token))
+        if found is not None:
+            ext.token_use.used(key)
+        return found
 
     def _queue(self, name: str) -> Queue | None:
         """api.auth.visible_queue's read without Flask (the name is checked by the path's pattern)."""

@@ -106,7 +106,10 @@ def _principal_of_session() -> Principal | None:
         return None
     # Not cached: a sign-out in another process must end this session at once.
     live = sessions().find(session_id)
-    return live.principal if live is not None else None
+    if live is None:
+        return None
+    g.token_id = live.token_id
+    return live.principal
 
 
 def signed_in() -> Principal:
@@ -159,6 +162,11 @@ def sign_in_post() -> tuple[str, int] | Response:
 def sign_out() -> Response:
     _end_session()
     return redirect(url_for("ui.sign_in"), code=303)
+
+
+def end_session() -> None:
+    """End this session on the server (its token was revoked, say): the next page is sign-in."""
+    _end_session()
 
 
 def _end_session() -> None:

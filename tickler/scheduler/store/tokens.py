@@ -28,11 +28,19 @@ class TokenInfo:
     queues: tuple[str, ...]
     created_on: datetime
     revoked_on: datetime | None
+    # When it was last used (to the minute: written at most once a minute); None: not yet.
+    last_used_on: datetime | None = None
 
 
 def _info(row: Any) -> TokenInfo:
     return TokenInfo(
-        row["id"], row["principal"], row["is_admin"], tuple(row["queues"]), row["created_on"], row["revoked_on"]
+        row["id"],
+        row["principal"],
+        row["is_admin"],
+        tuple(row["queues"]),
+        row["created_on"],
+        row["revoked_on"],
+        row["last_used_on"],
     )
 
 
@@ -45,15 +53,33 @@ class TokenStore(EngineStore):
         self, principal: str, *, queues: list[str] | tuple[str, ...] = (), is_admin: bool = False
     ) -> tuple[str, TokenInfo]:
         """Create a token; return it (shown this once) and what is kept of it."""
+        token, info = self.issue_once(principal, queues=queues, is_admin=is_admin, issue_key=None)
+        assert token is not None  # without an issue key, a token is always made
+        return token, info
+
+    def issue_once(
+        self,
+        principal: str,
+        *,
+        queues: list[str] | tuple[str, ...] = (),
+        is_admin: bool = False,
+        issue_key: str | None,
+    ) -> tuple[str | None, TokenInfo]:
+        """Create a token, once per `issue_key`: the first request with a key gets the new token
+        and what is kept of it; a repeat gets None and the token that the first one made."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         params = {
             "principal": principal,
             "token_hash": hash_token(token),
             "is_admin": is_admin,
             "queues": sorted(set(queues)),
+            "issue_key": issue_key,
         }
-        [row] = self.rows("create_token", params)
-        return token, _info(row)
+        rows = self.rows("create_token", params)
+        if rows:
+            return token, _info(rows[0])
+        [row] = self.rows("issued_token", {"issue_key": issue_key})
+        return None, _info(row)
 
     def list(self) -> list[TokenInfo]:
         return [_info(row) for row in self.rows("list_tokens")]
@@ -62,6 +88,10 @@ class TokenStore(EngineStore):
         """Revoke a token (again: no change); None when there is no such token."""
         rows = self.rows("revoke_token", {"id": token_id})
         return _info(rows[0]) if rows else None
+
+    def mark_used(self, token_hash: bytes) -> None:
+        """Record that the token of this hash was used now (unless it was within the minute)."""
+        self.rows("token_used", {"token_hash": token_hash})
 
     def authenticate(self, token: str) -> Principal | None:
         rows = self.rows("find_token", {"token_hash": hash_token(token)})
