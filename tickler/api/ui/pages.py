@@ -13,7 +13,7 @@ from werkzeug.wrappers import Response
 
 from tickler.api import auth, context, export
 from tickler.api.schemas.events import EXPORT_FORMATS
-from tickler.api.ui import bulk, charts, format
+from tickler.api.ui import actions, bulk, charts, format
 from tickler.api.ui.search_form import DEFAULT_SORT, PAGE_SIZE, SORTS, SearchForm
 from tickler.api.ui.session import signed_in
 from tickler.api.ui.store import dashboard, reads
@@ -201,6 +201,7 @@ def key_page(queue: str, item_key: str) -> str:
         first_page=before is None,
         older_url=older_url,
         newest_url=url_for("ui.key", queue=queue, item_key=item_key),
+        retry_typed=actions.retry_typed(queue, item_key),
     )
 
 
