@@ -76,6 +76,7 @@ def test_queue_page_charts_refresh_count_and_pages(
     before = int(pending.inner_text().replace("\u202f", ""))
     store.events.schedule(store.queues.get("emails"), NewEvent(item_key="new:1", data={}), actor="svc")
     expect(pending).to_have_text(str(before + 1), timeout=8_000)  # swapped in place, no reload
+    page.reload()  # the list as it is now: the new event is due now, among the latest due first
     rows = page.locator("table.events tbody tr")
     first_rows = rows.all_inner_texts()
     follow(page, "a[rel=next]")
