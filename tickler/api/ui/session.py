@@ -20,8 +20,10 @@ from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
+from tickler.api import context
 from tickler.api.ui.store import dashboard, sessions
 from tickler.scheduler.models import Principal
+from tickler.scheduler.store.tokens import hash_token
 
 _secret_lock = threading.Lock()
 
@@ -152,6 +154,7 @@ def sign_in_post() -> tuple[str, int] | Response:
     # A fresh session (and CSRF token) on every sign-in: nothing set before it carries over.
     _end_session()
     session_id, ends = sessions().start(token, lifetime_seconds=SESSION_SECONDS)
+    context.tickler().token_use.used(hash_token(token))  # a sign-in is a use of the token
     session.permanent = True
     session["sid"] = session_id
     session["ends"] = ends.timestamp()
