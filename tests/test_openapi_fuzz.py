@@ -51,6 +51,19 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 include-path = "/v1/queues/{{queue}}"
 include-method = "PUT"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429"]
+
+# A new token's queues must exist; a search's due_until must not be before its due_from.
+[[operations]]
+include-path = "/v1/tokens"
+include-method = "POST"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429"]
+[[operations]]
+include-path = "/v1/queues/{{queue}}/events"
+include-method = "GET"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429"]
+[[operations]]
+include-path = "/v1/queues/{{queue}}/export"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429"]
 """
 
 
