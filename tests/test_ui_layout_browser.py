@@ -94,3 +94,12 @@ def test_axe_finds_no_serious_violation(page: Any, live_server: str, admin_token
             }"""
         )
         assert violations == [], (name, violations)
+    # Breadcrumbs are links by their underline too, not by colour alone.
+    page.goto(f"{live_server}{PAGES['key']}")
+    crumb = page.locator(".heading h1 a").first
+    assert "underline" in crumb.evaluate("a => getComputedStyle(a).textDecorationLine")
+    page.keyboard.press("Tab")  # the first stop is the skip link, shown when focused
+    skip = page.locator("a.skip-link")
+    assert skip.evaluate("a => a === document.activeElement")
+    box = skip.bounding_box()
+    assert box is not None and box["y"] >= 0
