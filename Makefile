@@ -53,6 +53,17 @@ lint: install ## ruff (lint and formatting) and the layer contracts (import-lint
 typecheck: install ## mypy --strict over the service code and the Python client
 	$(BIN)/mypy .
 
+DIST ?= dist
+dist: install ## build the wheels to install elsewhere: $(DIST)/tickler-VERSION-py3-none-any.whl and the Python client's
+	@mkdir -p $(DIST)
+	@# No build environment to download: the dev extra installs setuptools beside pip.
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir $(DIST) . ./clients/python
+	@rm -rf build clients/python/build
+	@ls -1 $(DIST)/*.whl
+
+constraints: install ## rewrite deploy/constraints.txt: the production dependencies' versions in this virtualenv (after the tests pass)
+	$(BIN)/python deploy/constraints.py
+
 bench: $(VENV)/.installed-bench ## install the peer (pgqueuer) and servers, run every benchmark scenario on a private PostgreSQL cluster and rewrite docs/benchmarks.md (long)
 	$(BIN)/python -m bench
 
@@ -65,4 +76,4 @@ screenshots: install ## retake the dashboard's screenshots in docs/images/ (runs
 clean: ## remove the virtualenv and caches (keeps ./.tickler data)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help install serve test test-only test-quick lint typecheck bench bench-quick screenshots clean
+.PHONY: help install serve dist constraints test test-only test-quick lint typecheck bench bench-quick screenshots clean

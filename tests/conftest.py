@@ -86,7 +86,8 @@ TABLES = (
     "tickler_event, tickler_timeline, tickler_queue_count, tickler_token, tickler_queue, "
     "tickler_archived_key, tickler_archive_item, tickler_archive_run, tickler_minute_stat, tickler_ui_secret, "
     "tickler_schedule, tickler_import_reject, tickler_import_batch, tickler_import, "
-    "tickler_event_history, tickler_history_count, tickler_archive_progress"
+    "tickler_event_history, tickler_history_count, tickler_archive_progress, tickler_erasure, tickler_erasure_work, "
+    "tickler_erased_value"
 )
 
 

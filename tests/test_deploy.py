@@ -8,6 +8,7 @@ from __future__ import annotations
 import configparser
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,13 +28,36 @@ DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 
 def test_the_image_copies_everything_the_wheel_is_built_from() -> None:
     dockerfile = (DEPLOY / "Dockerfile").read_text()
+    build, runtime = dockerfile.split("\nFROM ")[1:]
     copied: set[str] = set()
-    for line in dockerfile.splitlines():
+    for line in build.splitlines():
         if line.startswith("COPY ") and "--from" not in line:
             *sources, _ = line.split()[1:]
             copied |= {source.rstrip("/") for source in sources}
     assert copied == set(SOURCES), sorted(set(SOURCES) ^ copied)
-    assert "USER tickler" in dockerfile and "TICKLER_MIGRATE_ON_START=false" in dockerfile
+    assert "TICKLER_MIGRATE_ON_START=false" in runtime
+
+
+def test_the_image_is_pinned_runs_as_no_root_and_has_no_embedded_postgresql() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    for base in re.findall(r"^FROM (\S+)", dockerfile, re.MULTILINE):
+        # an exact tag (3.11.14-..., not 3.11-slim) or a digest
+        assert "@sha256:" in base or re.search(r":\d+\.\d+\.\d+", base), base
+    [install] = [line for line in dockerfile.splitlines() if line.startswith("RUN pip install")]
+    assert "--constraint /wheels/constraints.txt" in install and "[" not in install  # no extra: no pgserver
+    assert "COPY deploy/constraints.txt /wheels/constraints.txt" in dockerfile
+    [user] = re.findall(r"^USER (\S+)", dockerfile, re.MULTILINE)
+    assert user.split(":")[0] not in ("root", "0"), user
+    assert "HEALTHCHECK" not in dockerfile.replace("No HEALTHCHECK", "")  # each service says its own
+
+
+def test_the_constraints_pin_every_production_dependency_and_not_the_embedded_database() -> None:
+    pins = dict(line.split("==") for line in (DEPLOY / "constraints.txt").read_text().splitlines() if "==" in line)
+    assert {"flask", "sqlalchemy", "psycopg", "psycopg-binary", "gunicorn", "structlog"} <= set(pins)
+    assert "pgserver" not in pins and "psutil" not in pins
+    # a plain install has it (SPEC: `tickler serve` without a URL starts it); the image removes it
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert "pip uninstall --yes pgserver" in dockerfile
 
 
 def test_compose_migrates_before_the_api_and_the_workers_start() -> None:
@@ -45,7 +69,25 @@ def test_compose_migrates_before_the_api_and_the_workers_start() -> None:
     for name in ("api", "worker"):
         assert services[name]["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
         assert services[name]["environment"]["TICKLER_MIGRATE_ON_START"] == "false"
-    assert services["worker"]["command"] == ["tickler", "worker"]
+    assert services["worker"]["command"][:2] == ["tickler", "worker"]
+
+
+def test_compose_gives_each_service_its_own_healthcheck_and_commits_no_secret() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert services["migrate"]["healthcheck"] == {"disable": True}
+    assert "8080/healthz" in " ".join(services["api"]["healthcheck"]["test"])
+    port = services["worker"]["command"][services["worker"]["command"].index("--metrics-port") + 1]
+    assert f"{port}/metrics" in " ".join(services["worker"]["healthcheck"]["test"])
+    # Secrets are required variables, refused with a message when unset, never a value written here.
+    environment = services["api"]["environment"]
+    assert re.fullmatch(r"\$\{TICKLER_SECRET_KEY:\?[^}]+\}", environment["TICKLER_SECRET_KEY"])
+    assert "${TICKLER_DB_PASSWORD:?" in environment["TICKLER_DATABASE_URL"]
+    assert services["db"]["environment"]["POSTGRES_PASSWORD"].startswith("${TICKLER_DB_PASSWORD:?")
+    for example in DEPLOY.glob("*.example"):
+        for line in example.read_text().splitlines():
+            if line.startswith("TICKLER_SECRET_KEY="):
+                assert line == "TICKLER_SECRET_KEY=", (example, line)  # no placeholder to leave in place
 
 
 def _unit(name: str) -> configparser.RawConfigParser:
@@ -67,10 +109,42 @@ def test_the_systemd_units_run_the_documented_commands() -> None:
     assert migrate["Type"] == "oneshot" and migrate["ExecStart"].endswith("tickler migrate")
 
 
+HARDENING = {
+    "NoNewPrivileges": "true",
+    "ProtectSystem": "strict",
+    "ProtectHome": "true",
+    "PrivateTmp": "true",
+    "PrivateDevices": "true",
+    "CapabilityBoundingSet": "",
+    "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX",
+    "RestrictNamespaces": "true",
+    "SystemCallArchitectures": "native",
+}
+
+
+def test_the_units_are_sandboxed_and_the_guide_gives_their_exposure() -> None:
+    guide = (DEPLOY.parent / "docs" / "deploy.md").read_text()
+    for path in sorted((DEPLOY / "systemd").glob("*.service")):
+        text = path.read_text()
+        service = _unit(path.name)["Service"]
+        for name, value in HARDENING.items():
+            assert f"\n{name}={value}\n" in text, (path.name, name)
+        assert "\nSystemCallFilter=@system-service\n" in text, path.name
+        if shutil.which("systemd-analyze"):
+            analysed = subprocess.run(
+                ["systemd-analyze", "security", "--offline=true", str(path)], capture_output=True, text=True
+            )
+            exposure = re.search(r"Overall exposure level for \S+: (\d+\.\d+) (\w+)", analysed.stdout)
+            assert exposure, analysed.stdout + analysed.stderr
+            # What the guide records is what the unit scores now.
+            assert f"| `{path.name}` | {exposure[1]} {exposure[2]} |" in guide, exposure.group(0)
+        assert service["User"] == "tickler"
+
+
 def test_the_deploy_guide_names_every_file_it_ships() -> None:
     guide = (DEPLOY.parent / "docs" / "deploy.md").read_text()
     for path in sorted(DEPLOY.rglob("*")):
-        if path.is_file():
+        if path.is_file() and path.name != ".env":  # a deployment's own secrets, never committed
             assert path.relative_to(DEPLOY.parent).as_posix() in guide, path
 
 

@@ -1,5 +1,5 @@
 """Fair share without a per-key cap (SPEC §10): one autocommit statement, no flow lock
-(claim_events_round_robin, migration 0047). Concurrent claimers never take an event twice and
+(claim_events with :fair, tickler_claim_events()). Concurrent claimers never take an event twice and
 each claim hands out its keys round robin; a key holding most due events fills the batch; a
 level is left for a lower one only when it has nothing more to give."""
 

@@ -85,7 +85,16 @@ def test_a_claim_is_a_hot_update(store: Store, make_queue: Callable[..., Queue],
     raw.execute("BEGIN")
     try:
         claimed = raw.execute(
-            claim, {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None, "flow": False}
+            claim,
+            {
+                "queue": "emails",
+                "worker": "w",
+                "limit": 100,
+                "lease_seconds": 30,
+                "now": None,
+                "flow": False,
+                "fair": False,
+            },
         ).fetchall()
         stats = raw.execute(
             "SELECT pg_stat_get_xact_tuples_updated('tickler_event'::regclass),"

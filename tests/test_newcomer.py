@@ -56,7 +56,7 @@ def test_the_pipeline_without_pyspark_says_what_to_install_in_one_line(database_
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert "make install" in lines[0] and "tickler[pipeline]" in lines[0]
+    assert "make install" in lines[0] and "whl[pipeline]" in lines[0]
 
 
 def test_apscheduler_routine_lines_are_silenced_and_its_warnings_kept() -> None:

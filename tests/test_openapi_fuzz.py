@@ -64,6 +64,11 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 [[operations]]
 include-path = "/v1/queues/{{queue}}/export"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429"]
+# An erasure's queues must exist (400 names the unknown one), and its look-up takes exactly one
+# of item_key and group_key: rules of the data and of two parameters, which no schema states.
+[[operations]]
+include-path = "/v1/erasures"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "429"]
 """
 
 

@@ -59,22 +59,28 @@ def populated(raw: psycopg.Connection[Any]) -> set[str]:
     return {"tickler_event"} | {row[0] for row in found}
 
 
+# The claim itself (PL/pgSQL), not the previous release's call of it (a SQL function of the same name).
+CLAIM_FUNCTION = "SELECT {} FROM pg_proc WHERE proname = 'tickler_claim_events' AND pronargs = 7"
+
+
 def claim_plan(raw: psycopg.Connection[Any], *, analyze: bool = False) -> dict[str, Any]:
-    """EXPLAIN (FORMAT JSON) of the plain claim's statement as tickler_claim_events() (migration
-    0067) runs it: its text from the function, prepared, on a generic plan (the function's SET
-    clause), for queue 'emails', limit 10. `analyze`: run it (it claims) and count buffers."""
-    row = raw.execute("SELECT prosrc FROM pg_proc WHERE proname = 'tickler_claim_events'").fetchone()
+    """EXPLAIN (FORMAT JSON) of the plain claim's statement as tickler_claim_events() runs it: its
+    text from the function, prepared, on a generic plan (the function's SET clause), for queue
+    'emails', limit 10. `analyze`: run it (it claims) and count buffers."""
+    row = raw.execute(CLAIM_FUNCTION.format("prosrc")).fetchone()
     assert row is not None
     source: str = row[0]
     statement = source[source.index("RETURN QUERY") + len("RETURN QUERY") : source.rindex(";")]
-    for number, name in enumerate(("p_queue", "p_worker", "p_limit", "p_lease_seconds", "p_now", "p_flow"), 1):
+    for number, name in enumerate(
+        ("p_queue", "p_worker", "p_limit", "p_lease_seconds", "p_now", "p_flow", "p_fair"), 1
+    ):
         statement = re.sub(rf"\b{name}\b", f"${number}", statement)
     raw.execute("DEALLOCATE ALL")
     raw.execute(f"PREPARE claim AS {statement}")
     raw.execute("SET plan_cache_mode = force_generic_plan")
     try:
         options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
-        found = raw.execute(f"EXPLAIN ({options}) EXECUTE claim('emails', 'w', 10, 30, NULL, false)").fetchone()
+        found = raw.execute(f"EXPLAIN ({options}) EXECUTE claim('emails', 'w', 10, 30, NULL, false, false)").fetchone()
     finally:
         raw.execute("RESET plan_cache_mode")
     assert found is not None
@@ -235,7 +241,7 @@ def test_due_counts_read_only_the_due_range_of_a_large_future_backlog(
 def test_the_claim_on_its_generic_plan_reads_the_first_due_events(
     fresh_install: tuple[Store, psycopg.Connection[Any]],
 ) -> None:
-    """The plain claim is tickler_claim_events() (migration 0067), whose statement runs on a
+    """The plain claim is tickler_claim_events(), whose statement runs on a
     generic plan, made once for any limit and clock: with a backlog of 20,000 due events and
     20,000 future ones it must still read the claimable index in order from the first due event,
     and stop after the limit. The function's statement, prepared on a generic plan, is explained."""
@@ -255,7 +261,7 @@ def test_the_claim_on_its_generic_plan_reads_the_first_due_events(
     assert "tickler_event_claimable" in plan_text and not scanned(plan_text), plan_text
     assert top["Plan"]["Actual Rows"] == 10
     assert top["Plan"]["Shared Hit Blocks"] + top["Plan"]["Shared Read Blocks"] < 1_000, plan_text
-    settings = raw.execute("SELECT proconfig FROM pg_proc WHERE proname = 'tickler_claim_events'").fetchone()
+    settings = raw.execute(CLAIM_FUNCTION.format("proconfig")).fetchone()
     assert settings is not None and "plan_cache_mode=force_generic_plan" in settings[0]
 
 
@@ -263,7 +269,7 @@ def test_the_claim_on_its_generic_plan_reads_the_first_due_events(
 def test_the_fair_claim_without_a_cap_probes_keys_on_its_indexes(
     fresh_install: tuple[Store, psycopg.Connection[Any]], analysed: bool
 ) -> None:
-    """claim_events_round_robin (fair share, no cap: one autocommit statement) at 20,000 future
+    """The fair claim without a cap (claim_events with :fair: one autocommit statement) at 20,000 future
     events in 3 priority levels over 1,000 fairness keys, 150 due over 50 keys: the statement and
     the pick it calls read tickler_event through its indexes only (no sequential scan, also
     without statistics), one probe per key looked at, never the future events one by one."""
@@ -285,11 +291,12 @@ def test_the_fair_claim_without_a_cap_probes_keys_on_its_indexes(
     )
     if analysed:
         raw.execute("ANALYZE tickler_event")
-    params = {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None}
-    statement = plan(raw, "claim_events_round_robin", params)
+    params = {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None, "flow": False}
+    params["fair"] = True
+    statement = plan(raw, "claim_events", params)
     assert not scanned(statement), statement
     # The pick is PL/pgSQL: what it read is in this transaction's statistics.
-    text = driver_sql("claim_events_round_robin")
+    text = driver_sql("claim_events")
     raw.execute("BEGIN")
     try:
         before = raw.execute(

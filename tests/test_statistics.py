@@ -137,7 +137,15 @@ def test_an_insert_not_yet_committed_does_not_count(fresh: tuple[str, Store, psy
 
 def claim_buffers(raw: psycopg.Connection[Any]) -> int:
     """Shared buffers one claim of 10 due events reads (EXPLAIN ANALYZE runs it: it claims them)."""
-    params = {"queue": "emails", "worker": "w", "limit": 10, "lease_seconds": 30.0, "now": None, "flow": False}
+    params = {
+        "queue": "emails",
+        "worker": "w",
+        "limit": 10,
+        "lease_seconds": 30.0,
+        "now": None,
+        "flow": False,
+        "fair": False,
+    }
     row = raw.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + driver_sql("claim_events"), params).fetchone()
     assert row is not None
     top = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]["Plan"]

@@ -440,6 +440,18 @@ def give_this_release_claim(raw: psycopg.Connection[Any]) -> None:
     for migration in available_migrations():
         if migration.version in (67, 68, 73):
             raw.execute(migration.sql)
+    give_this_release_claim_call(raw)
+
+
+def give_this_release_claim_call(raw: psycopg.Connection[Any]) -> None:
+    """This release calls the claim with p_fair (whether the queue is a fair one); the plain queues
+    of these tests are claimed by 0073's statement. The code files replace this with the claim."""
+    raw.execute(
+        "CREATE FUNCTION tickler_claim_events(p_queue text, p_worker text, p_limit integer,"
+        " p_lease_seconds double precision, p_now timestamptz, p_flow boolean, p_fair boolean)"
+        " RETURNS TABLE (event tickler_event, lease_ended boolean, died bigint) LANGUAGE sql"
+        " AS $$ SELECT * FROM tickler_claim_events(p_queue, p_worker, p_limit, p_lease_seconds, p_now, p_flow) $$"
+    )
 
 
 def test_upgrade_to_history_without_its_id_index_keeps_reads_and_an_unfinished_archive_run(admin_url: str) -> None:
@@ -635,6 +647,7 @@ def test_upgrade_to_parts_by_retention_keeps_every_row_and_each_queues_retention
     engine = create_engine(url, pool_size=3)
     try:
         with psycopg.connect(libpq_url(url), autocommit=True) as raw:
+            give_this_release_claim_call(raw)
             store = Store(engine)
             queues = {name: add_queue(engine, store, name) for name in ("keeps", "brief")}
             raw.execute("UPDATE tickler_queue SET retention_days = CASE name WHEN 'brief' THEN 1 ELSE 30 END")

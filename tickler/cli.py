@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING
@@ -165,7 +166,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
 
 PIPELINE_NEEDS = (
     "tickler pipeline: PySpark is not installed; run `make install` in the clone "
-    "(or `pip install 'tickler[pipeline]'`), and have Java 17 or later"
+    "(or install tickler's wheel with its extra: `pip install 'tickler-VERSION-py3-none-any.whl[pipeline]'`, "
+    "from `make dist`), and have Java 17 or later"
 )
 
 
@@ -190,11 +192,20 @@ def _migrate(settings: Settings) -> int:
     # Which server and database, before touching it: `postgres://localhost` means the database
     # named after the OS user, which nobody should have to guess.
     print(f"tickler migrate: database {describe_database(settings)}", file=sys.stderr)
-    applied = migrate(resolve_database_url(settings.database_url, settings.data_dir))
+    started = time.monotonic()
+    applied = migrate(
+        resolve_database_url(settings.database_url, settings.data_dir),
+        connect_timeout=settings.connect_timeout,
+        # Each step as it is applied (a long one is then seen to be running, not hanging).
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     if applied:
-        print(f"applied {len(applied)} migration(s), up to {applied[-1].label}", file=sys.stderr)
+        print(
+            f"applied {len(applied)} step(s) in {time.monotonic() - started:.1f} s, up to {applied[-1].label}",
+            file=sys.stderr,
+        )
     else:
-        print("applied 0 migration(s): the database is up to date", file=sys.stderr)
+        print("nothing to apply: the database is up to date", file=sys.stderr)
     return 0
 
 
@@ -229,7 +240,7 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     if args.metrics_port:
         # The per-queue gauges too, read from the database at scrape time (SPEC §7: the same
         # values from every process), on a one-connection engine of their own.
-        gauge_store = Store(create_engine(database_url, pool_size=1))
+        gauge_store = Store(create_engine(database_url, pool_size=1, connect_timeout=settings.connect_timeout))
         prometheus_client.REGISTRY.register(QueueGaugeCollector(gauge_store.queues))
         prometheus_client.start_http_server(args.metrics_port)
     worker = Worker(

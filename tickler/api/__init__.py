@@ -15,9 +15,22 @@ from flask import Blueprint, Flask, Response, current_app, g, redirect, request
 from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from tickler.api import auth, context, docs, events, export, leases, operations, ops, queues, schedules, tokens, ui
+from tickler.api import (
+    auth,
+    context,
+    docs,
+    erasures,
+    events,
+    export,
+    leases,
+    operations,
+    ops,
+    queues,
+    schedules,
+    tokens,
+    ui,
+)
 from tickler.api.jsonio import StrictJSONProvider
-from tickler.api.lean import LeanSchedule
 from tickler.api.metrics import HTTP_DURATION, HTTP_REQUESTS
 from tickler.api.openapi import build_spec
 from tickler.api.problems import Refusals, register_error_handlers
@@ -43,18 +56,15 @@ def tickler_version() -> str:
         return "0.0.0"
 
 
-def create_app(settings: Settings | None = None, *, configure_logs: bool = True, lean_schedule: bool = True) -> Flask:
-    """Build the API. Engine and pool are made here, so each gunicorn worker gets its own.
-
-    `lean_schedule`: the common single-event schedule is answered without Flask's request cycle
-    (api/lean.py; the same responses). False: every request goes through Flask."""
+def create_app(settings: Settings | None = None, *, configure_logs: bool = True) -> Flask:
+    """Build the API. Engine and pool are made here, so each gunicorn worker gets its own."""
     settings = settings or Settings.from_env()
     if configure_logs:
         configure_logging(settings.log_level, settings.log_format)
     database_url = resolve_database_url(settings.database_url, settings.data_dir)
     if settings.migrate_on_start:
-        migrate(database_url)
-    store = Store(create_engine(database_url, pool_size=settings.pool_size))
+        migrate(database_url, connect_timeout=settings.connect_timeout)
+    store = Store(create_engine(database_url, pool_size=settings.pool_size, connect_timeout=settings.connect_timeout))
     store.events.groups.window = settings.group_commit_ms / 1000
 
     app = Flask("tickler")
@@ -67,10 +77,15 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True,
     if settings.cache_seconds > 0:
         # Cached tokens and queues are dropped on NOTIFY from any process (a revoked token is
         # refused everywhere at once); the same listener serves the claims' long polls.
-        listener = WakeupListener(database_url).start()
+        listener = WakeupListener(database_url, connect_timeout=settings.connect_timeout).start()
         app.extensions["tickler.listener"] = listener
         ext.follow(listener)
-    app.extensions["tickler.pull"] = PullClaims(store, database_url, listener=app.extensions.get("tickler.listener"))
+    app.extensions["tickler.pull"] = PullClaims(
+        store,
+        database_url,
+        listener=app.extensions.get("tickler.listener"),
+        connect_timeout=settings.connect_timeout,
+    )
     app.extensions["tickler.openapi"] = build_spec(tickler_version(), settings)
     # Per-queue gauges, read from the database at scrape time (its own registry: one per app).
     gauges = CollectorRegistry()
@@ -88,6 +103,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True,
     v1.register_blueprint(leases.leases_bp)
     v1.register_blueprint(tokens.bp)
     v1.register_blueprint(operations.bp)
+    v1.register_blueprint(erasures.bp)
     app.register_blueprint(v1)
     app.register_blueprint(ops.bp)
     app.register_blueprint(docs.bp)
@@ -98,10 +114,6 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True,
     register_error_handlers(app, event_json)
     app.before_request(_start_request)
     app.after_request(_finish_request)
-    lean_route = LeanSchedule(app, app.wsgi_app, new_request_id=_new_request_id)
-    lean_route.enabled = lean_schedule
-    app.extensions["tickler.lean"] = lean_route
-    app.wsgi_app = lean_route  # type: ignore[method-assign]
     return app
 
 

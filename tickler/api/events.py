@@ -11,7 +11,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from marshmallow import Schema
 from werkzeug.routing import BaseConverter
 
-from tickler.api import auth, context, lean
+from tickler.api import auth, context
 from tickler.api.jsonio import optional_orjson
 from tickler.api.metrics import EVENTS_SCHEDULED
 from tickler.api.render import etag, event_json, timeline_json
@@ -140,9 +140,6 @@ def _schedule(queue: str) -> Response:
     incoming = TraceContext.from_headers(request.headers)  # malformed: None (ignored, never refused)
     with tracing.span("create", queue, parent=incoming, tickler__item_key=event.item_key) as span:
         try:
-            raised = request.environ.pop(lean.RAISED, None)
-            if raised is not None:  # the lean route's store call failed (api/lean.py): answered here
-                raise raised
             found, outcome = ext.store.events.schedule(
                 target,
                 event,

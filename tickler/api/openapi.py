@@ -16,7 +16,7 @@ from marshmallow import Schema
 
 from tickler.api import patterns
 from tickler.api.openapi_extras import add_schema_extras, add_setting_limits, exclusive_bounds
-from tickler.api.schemas import events, leases, operations, queues, schedules, tokens
+from tickler.api.schemas import erasures, events, leases, operations, queues, schedules, tokens
 from tickler.config import Settings
 
 # Registered in this order: a schema before any that nests it (Problem nests Event).
@@ -56,6 +56,10 @@ COMPONENTS: tuple[type[Schema], ...] = (
     schedules.PutScheduleSchema,
     schedules.ScheduleSchema,
     schedules.ScheduleListSchema,
+    erasures.RequestErasureSchema,
+    erasures.ErasureCountsSchema,
+    erasures.ErasureSchema,
+    erasures.ErasureListSchema,
 )
 
 
@@ -73,6 +77,7 @@ PATH_PARAMETERS = {
     "item_key": _path_parameter("item_key", {"type": "string", **patterns.item_key_metadata()}),
     "lease_id": _path_parameter("lease_id", {"type": "string", "format": "uuid"}),
     "token_id": _path_parameter("token_id", {"type": "integer"}),
+    "erasure_id": _path_parameter("erasure_id", {"type": "integer"}),
     "schedule_key": _path_parameter(
         "schedule_key",
         {
@@ -307,6 +312,24 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
             "get": _op(
                 "List tokens (never the tokens themselves); admin", {"200": TOKEN_LIST}, refusals=("403", "401")
             ),
+        },
+        "/v1/erasures": {
+            "post": _op(
+                "Erase a subject: every event of a group, keys or a key prefix, open or finished, and their "
+                "timelines (done by the dispatcher, in batches); admin",
+                {"202": ("Erasure", "Logged, pending")},
+                body="RequestErasure",
+                refusals=("400", "401", "403", "503"),
+            ),
+            "get": _op(
+                "Whether, and by which erasures, an item key or a group was erased (by keyed hash); admin",
+                {"200": "ErasureList"},
+                query=erasures.ErasureLookupArgsSchema,
+                refusals=("400", "401", "403", "503"),
+            ),
+        },
+        "/v1/erasures/{erasure_id}": {
+            "get": _op("An erasure's progress; admin", {"200": "Erasure"}, refusals=("404", "401", "403", "503"))
         },
         "/v1/tokens/{token_id}": {
             "delete": _op("Revoke a token; admin", {"200": "Token"}, refusals=("404", "403", "401"))

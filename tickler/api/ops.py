@@ -11,7 +11,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from tickler.api import context
 from tickler.api.metrics import metrics_response
 from tickler.api.problems import Refusals, problem
-from tickler.scheduler.migrate import MigrationError, pending_migrations
+from tickler.scheduler.migrate import MigrationError, pending_migrations, pending_summary
 
 bp = Blueprint("ops", __name__)
 
@@ -26,14 +26,14 @@ def readyz() -> Response:
     ext = context.tickler()
     try:
         refuses = ext.store.refuses_writes()
-        pending = pending_migrations(ext.database_url, allow_newer=True)  # an upgrade migrates first
+        # an upgrade migrates first
+        pending = pending_migrations(ext.database_url, allow_newer=True, connect_timeout=ext.settings.connect_timeout)
     except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError, psycopg.Error, OSError) as error:
         return problem(503, "Not ready", f"The database cannot be reached: {type(error).__name__}.")
     except MigrationError as error:
         return problem(503, "Not ready", str(error))
     if pending:
-        names = ", ".join(m.label for m in pending)
-        return problem(503, "Not ready", f"Migrations not applied yet: {names}.")
+        return problem(503, "Not ready", f"Migrations not applied yet: {pending_summary(pending)}.")
     if refuses is not None:
         return problem(503, "Not ready", f"The database refuses writes ({refuses}): reads work, writes answer 503.")
     refusals: Refusals = current_app.extensions["tickler.refusals"]

@@ -1,4 +1,4 @@
-"""`tickler queues | events | schedules`: look at and act on a tickler database from a shell.
+"""`tickler queues | events | schedules | erase`: look at and act on a tickler database from a shell.
 
 Like `tickler token`, these talk to the store directly with the same settings as every other
 command (TICKLER_DATABASE_URL, or the embedded PostgreSQL under TICKLER_DATA_DIR). Tables for
@@ -15,15 +15,16 @@ from tickler.config import Settings
 # The subcommands' modules (and the store under them) are imported when they are needed, so that
 # `tickler --version` and the one-line errors of commands/failures.py cost nothing.
 
-NAMES = ("queues", "events", "schedules")
+NAMES = ("queues", "events", "schedules", "erase")
 
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from tickler.commands import events, queues, schedules
+    from tickler.commands import erase, events, queues, schedules
 
     queues.add_parser(subparsers)
     events.add_parser(subparsers)
     schedules.add_parser(subparsers)
+    erase.add_parser(subparsers)
 
 
 def plain(args: argparse.Namespace) -> bool:
@@ -36,7 +37,7 @@ def plain(args: argparse.Namespace) -> bool:
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Run one of NAMES; 0 done, 1 refused (no such key, conflict...), 2 no database or bad input."""
-    from tickler.commands import events, queues, schedules
+    from tickler.commands import erase, events, queues, schedules
     from tickler.commands.database import NoDatabase, open_reader, open_store
     from tickler.scheduler.errors import Invalid, TicklerError
 
@@ -54,6 +55,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         print(f"tickler: {error}", file=sys.stderr)
         return 2
     try:
+        if args.command == "erase":
+            return erase.run(store, args, settings.secret_key)
         handler = {"queues": queues.run, "events": events.run, "schedules": schedules.run}[args.command]
         return handler(store, args)
     except TicklerError as error:

@@ -24,15 +24,14 @@ def existing_database_url(settings: Settings) -> str:
 
 
 def _check_migrated(conn: psycopg.Connection) -> None:
-    from tickler.scheduler.migrate import MigrationError, pending_on
+    from tickler.scheduler.migrate import MigrationError, pending_on, pending_summary
 
     try:
         pending = pending_on(conn)
     except MigrationError as error:
         raise NoDatabase(str(error)) from None
     if pending:
-        names = ", ".join(m.label for m in pending)
-        raise NoDatabase(f"the database is not migrated yet ({names}); run `tickler migrate` first")
+        raise NoDatabase(f"the database is not migrated: {pending_summary(pending)}; run `tickler migrate` first")
 
 
 def open_store(settings: Settings) -> tuple[Store, Callable[[], None]]:
@@ -44,9 +43,9 @@ def open_store(settings: Settings) -> tuple[Store, Callable[[], None]]:
     from tickler.scheduler.store import Store
 
     url = existing_libpq_url(settings.database_url, settings.data_dir)
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True, connect_timeout=settings.connect_timeout) as conn:
         _check_migrated(conn)
-    engine = create_engine(url, pool_size=1)
+    engine = create_engine(url, pool_size=1, connect_timeout=settings.connect_timeout)
     return Store(engine), engine.dispose
 
 
@@ -58,7 +57,7 @@ def open_reader(settings: Settings) -> psycopg.Connection:
     from tickler.scheduler.connect import existing_libpq_url
 
     url = existing_libpq_url(settings.database_url, settings.data_dir)
-    conn = psycopg.connect(url, autocommit=True, application_name="tickler")
+    conn = psycopg.connect(url, autocommit=True, application_name="tickler", connect_timeout=settings.connect_timeout)
     try:
         _check_migrated(conn)
     except BaseException:

@@ -49,7 +49,10 @@ def explain(error: BaseException, settings: Settings) -> str | None:
     (which keeps its traceback)."""
     original = getattr(error, "orig", None) or error  # SQLAlchemy wraps psycopg's errors
     module = type(original).__module__
-    if module.startswith("psycopg") and type(original).__name__ in ("OperationalError", "InterfaceError"):
+    # By the classes' names (importing psycopg here would slow every command's start); a subclass
+    # counts too (ConnectionTimeout is an OperationalError).
+    names = {cls.__name__ for cls in type(original).__mro__ if cls.__module__.startswith("psycopg")}
+    if names & {"OperationalError", "InterfaceError"}:
         return _unreachable(str(original), settings)
     if module.startswith("psycopg") and getattr(original, "sqlstate", None) == "42501":  # insufficient_privilege
         first = str(original).splitlines()[0]
@@ -70,6 +73,9 @@ def _unreachable(message: str, settings: Settings) -> str:
         hint = "create the role, or use one that exists, in TICKLER_DATABASE_URL"
     elif "does not exist" in reason and "database" in reason:
         hint = "create the database (createdb) or name an existing one in TICKLER_DATABASE_URL"
+    elif "timeout expired" in reason:
+        reason = f"no answer within {settings.connect_timeout} s"
+        hint = "is it PostgreSQL listening at that host and port? (TICKLER_CONNECT_TIMEOUT sets the wait)"
     elif "resolve host" in reason or "Name or service not known" in reason:
         hint = "check the host name in TICKLER_DATABASE_URL"
     else:

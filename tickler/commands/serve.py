@@ -63,9 +63,13 @@ def serve(settings: Settings, host: str, port: int, threads: int, processes: int
     """Run until SIGTERM or SIGINT; 0 when stopped so. Refused (one line, exit 2) for a mistake.
     `processes`: web processes (None: web_processes.default_count())."""
     # First of all: a shell starts a background job (`tickler serve &`) with SIGINT ignored, and
-    # Python then installs no KeyboardInterrupt handler; SIGTERM stops the same way.
+    # Python then installs no KeyboardInterrupt handler; SIGTERM stops the same way. So does
+    # SIGHUP (the terminal closed): its default would end this process without stopping the
+    # embedded PostgreSQL, which runs in a session of its own. Under nohup it stays ignored.
     signal.signal(signal.SIGINT, _raise_interrupt)
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _raise_interrupt)
     processes = _usable(web_processes.default_count() if processes is None else processes)
     sock = bind(host, port)
     serving = False
@@ -123,7 +127,7 @@ def _start_and_run(
     log.info("database", database=where)  # before reaching it: a failure then names what it tried
     url = resolve_database_url(settings.database_url, settings.data_dir)
     if settings.migrate_on_start:
-        migrate(url)
+        migrate(url, connect_timeout=settings.connect_timeout)
     settings = settings.with_overrides(database_url=url, migrate_on_start=False)
     if processes > 1:
         # Not listening yet: until this process's waitress listens (once it is ready), a client

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -95,7 +95,7 @@ def _die_with(parent: int) -> None:
 
 
 class _Stop(BaseException):
-    """SIGTERM or SIGINT in the supervisor, raised where it is. Not an Exception: a signal that
+    """SIGTERM in the supervisor (from serve), raised where it is. Not an Exception: a signal that
     lands while the supervisor writes a log line (the line a test or an operator waits for before
     sending it) would be taken by the logging handler's `except Exception` and the stop lost."""
 
@@ -150,7 +150,10 @@ class WebProcesses:
         if threading.active_count() > 1:  # serve forks before its threads; an embedding program may not
             log.warning("forking the web processes' supervisor while threads run", threads=threading.active_count())
         parent = os.getpid()
-        pid = os.fork()
+        with _signals_held():
+            pid = os.fork()
+            if pid == 0:
+                _stopped_by_the_parent_only(_raise_stop)
         if pid == 0:
             os.close(self._gate_write)  # else the gate could never open: this process would hold it
             gate = self._gate_read
@@ -213,8 +216,7 @@ class _Supervisor:
         self.children: dict[int, float] = {}  # pid -> when it started (monotonic)
 
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, _raise_stop)
-        signal.signal(signal.SIGINT, _raise_stop)
+        _stopped_by_the_parent_only(_raise_stop)
         failures = 0
         try:
             for _ in range(self.count):
@@ -242,10 +244,11 @@ class _Supervisor:
 
     def _spawn(self) -> None:
         supervisor = os.getpid()
-        pid = os.fork()
+        with _signals_held():
+            pid = os.fork()
+            if pid == 0:
+                _stopped_by_the_parent_only(_raise_interrupt)
         if pid == 0:
-            signal.signal(signal.SIGTERM, _raise_interrupt)
-            signal.signal(signal.SIGINT, _raise_interrupt)
             _forked(supervisor, self.serve_one)
         self.children[pid] = time.monotonic()
 
@@ -281,6 +284,32 @@ class _Supervisor:
                         os.kill(pid, signal.SIGKILL)
                 deadline = float("inf")
             time.sleep(0.02)
+
+
+# The signals a terminal sends the whole process group (Ctrl-C, its closing) and the one a parent
+# stops its child with.
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGHUP, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold the stop signals back around a fork, so that the child sets its own handlers before
+    one can land (the parent's handler would raise in the child, in the parent's code)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _stopped_by_the_parent_only(on_sigterm: Callable[[int, FrameType | None], None]) -> None:
+    """The supervisor and the web processes stop on their parent's SIGTERM alone. A terminal's
+    Ctrl-C or hang-up reaches the whole group at once: had they stopped on it too, the supervisor
+    would exit (or see a web process exit) while serve is still stopping its own part, and each
+    side would take the other's clean stop for a crash. serve stops them in order instead."""
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def _wait_open(gate: int) -> None:

@@ -106,6 +106,10 @@ class Settings:
     log_format: str = ""
     # Connections per process in the database pool.
     pool_size: int = 10
+    # Seconds a new database connection may take to be accepted and answered (libpq's
+    # connect_timeout, on every connection tickler opens; 0: wait for ever). A server that accepts
+    # TCP and never answers would otherwise hang a command, or a start, with nothing said.
+    connect_timeout: int = 10
     # Group commit of single-event schedules: concurrent requests of one API process that arrive
     # within this many milliseconds share one statement and one commit (0: off). A request alone
     # in its process never waits.
@@ -146,6 +150,8 @@ class Settings:
             raise SettingsError(f"TICKLER_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {settings.log_level!r}")
         if log_format and log_format not in LOG_FORMATS:
             raise SettingsError(f"TICKLER_LOG_FORMAT must be console or json, not {settings.log_format!r}")
+        if settings.connect_timeout < 0:
+            raise SettingsError(f"TICKLER_CONNECT_TIMEOUT must be 0 or more seconds, not {settings.connect_timeout!r}")
         if not 0 <= settings.group_commit_ms <= 1000:
             raise SettingsError(f"TICKLER_GROUP_COMMIT_MS must be from 0 to 1000, not {settings.group_commit_ms!r}")
         scheme = urlsplit(settings.database_url).scheme.lower()

@@ -1,4 +1,4 @@
-"""`tickler pipeline report|archive|compact|import`: the Spark jobs from the command line."""
+"""`tickler pipeline report|archive|compact|erase|import`: the Spark jobs from the command line."""
 
 from __future__ import annotations
 
@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
             help="archive location: a directory or a URI (default TICKLER_ARCHIVE_DIR or ./tickler-archive)",
         )
     compact.add_argument("--min-files", type=int, default=2, help="merge partitions with at least this many files")
+    jobs.add_parser("erase", parents=[common], help="rewrite the archive's files for the erasures done in the database")
     when = archive.add_mutually_exclusive_group()
     when.add_argument("--before", help="archive events finished before this RFC 3339 time or date (UTC)")
     when.add_argument(
@@ -167,7 +168,7 @@ def _cutoff(args: argparse.Namespace) -> datetime:
 
 # Exit statuses (docs/pipeline.md, "Exit status"): what an orchestrator decides on.
 OK, FAILED, FIX_FIRST, INPUT_REFUSED = 0, 1, 2, 3
-JOBS = ("report", "archive", "compact", "import")
+JOBS = ("report", "archive", "compact", "erase", "import")
 
 
 def main(argv: list[str]) -> int:
@@ -263,6 +264,8 @@ def _run(args: argparse.Namespace, summary: dict[str, Any], context: dict[str, A
                 summary.update(_archive(spark, url, args))
             elif args.job == "compact":
                 summary.update(_compact(spark, url, args))
+            elif args.job == "erase":
+                summary.update(_erase(spark, url, args, settings))
             else:
                 summary.update(_import(spark, url, args, settings))
     finally:
@@ -342,6 +345,21 @@ def _compact(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
                f"now {result.files_after:,}; {result.runs_checked:,} runs match the ledger")  # fmt: skip
     return {"location": result.location, "partitions": result.partitions, "files_before": result.files_before,
             "files_after": result.files_after, "runs_checked": result.runs_checked}  # fmt: skip
+
+
+def _erase(spark: Any, url: str, args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from tickler.pipeline.archive import ArchiveMismatch
+    from tickler.pipeline.erase import run_erase
+
+    try:
+        done = run_erase(spark, url, secret=settings.secret_key)
+    except ArchiveMismatch as error:
+        return {"error": str(error)}
+    for erased in done:
+        _say(args, f"erasure {erased.erasure_id}: {erased.rows:,} archive rows rewritten in {erased.files:,} files")
+    if not done:
+        _say(args, "no erasure waits for the archive")
+    return {"erasures": [{"id": e.erasure_id, "archive_rows": e.rows, "files": e.files} for e in done]}
 
 
 def _import(spark: Any, url: str, args: argparse.Namespace, settings: Settings) -> dict[str, Any]:

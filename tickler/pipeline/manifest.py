@@ -180,15 +180,23 @@ def _bootstrap(files: layout.Files, location: str, runs: list[dict[str, Any]], u
     return write(files, location, manifest)
 
 
-def replace(files: layout.Files, location: str, table: str, swaps: dict[str, list[str]]) -> Manifest:
+def replace(
+    files: layout.Files, location: str, table: str, swaps: dict[str, list[str]], *, retire: bool = True
+) -> Manifest:
     """Publish merged files in place of those they replace ({merged: [replaced]}), in one version;
-    the replaced ones are retired, not deleted: a reader of the previous version may be reading them."""
+    the replaced ones are retired, not deleted: a reader of the previous version may be reading them.
+    `retire=False` (an erasure: the replaced files hold what must go): deleted once unlisted."""
     manifest = read(files, location) or Manifest()
     replaced = {name for names in swaps.values() for name in names}
     manifest.files[table] = sorted({*(n for n in manifest.files[table] if n not in replaced), *swaps})
     now = _now()
-    manifest.retired += [{"path": f"{table}/{name}", "retired_on": now} for name in sorted(replaced)]
-    return write(files, location, manifest)
+    if retire:
+        manifest.retired += [{"path": f"{table}/{name}", "retired_on": now} for name in sorted(replaced)]
+    published = write(files, location, manifest)
+    if not retire:
+        for name in sorted(replaced):
+            files.delete(f"{layout.table_root(location, table)}/{name}")
+    return published
 
 
 def remove_retired(files: layout.Files, location: str, grace: timedelta = RETIRED_GRACE) -> int:

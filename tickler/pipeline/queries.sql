@@ -306,3 +306,21 @@ SELECT row_number, reason, cells FROM tickler_import_reject WHERE import_id = %(
 WITH gone AS (DELETE FROM tickler_import_batch WHERE import_id = %(import_id)s),
      rejects AS (DELETE FROM tickler_import_reject WHERE import_id = %(import_id)s)
 UPDATE tickler_import SET finished_on = now(), counts = %(counts)s WHERE id = %(import_id)s
+
+-- name: erasures_waiting_for_archive
+-- Erasures done in the database whose archive files are next (scheduler/database/erasing.sql),
+-- with their selector in clear (deleted once the archive is rewritten).
+SELECT r.id, r.queues, w.group_key, w.item_keys, w.item_key_prefix
+FROM tickler_erasure AS r JOIN tickler_erasure_work AS w ON w.erasure_id = r.id
+WHERE r.finished_at IS NULL AND r.database_done_at IS NOT NULL
+ORDER BY r.id
+
+-- name: archive_locations
+-- Every place an archive run wrote files.
+SELECT DISTINCT location FROM tickler_archive_run ORDER BY location
+
+-- name: erasure_archive_done
+SELECT tickler_erasure_archive_done(%(id)s, %(rows)s)
+
+-- name: ui_secret
+SELECT secret FROM tickler_ui_secret

@@ -20,12 +20,23 @@ EMBEDDED_DATABASE = "tickler"
 # The spellings of a PostgreSQL URL's scheme (config.POSTGRESQL_SCHEMES checks settings first).
 _SCHEMES = ("postgres", "postgresql", "postgresql+psycopg")
 
+# How long a new connection may take (seconds; libpq's connect_timeout) unless the caller says:
+# Settings.connect_timeout (TICKLER_CONNECT_TIMEOUT) is what the service and the commands pass.
+DEFAULT_CONNECT_TIMEOUT = 10
+
 _embedded_servers: dict[Path, Any] = {}
 _embedded_lock = threading.Lock()
 
 
 class NoDatabase(Exception):
     """A command would reach a database that does not exist yet (see existing_database_url)."""
+
+
+# An install may leave the embedded PostgreSQL out (the container image removes pgserver).
+NO_EMBEDDED = (
+    "TICKLER_DATABASE_URL is not set and the embedded PostgreSQL is not installed: set TICKLER_DATABASE_URL "
+    "to your PostgreSQL, or install the embedded one (pip install pgserver)"
+)
 
 
 def libpq_url(url: str) -> str:
@@ -50,8 +61,12 @@ def start_embedded(data_dir: Path) -> str:
             with warnings.catch_warnings():
                 # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver then uses /tmp, which is fine.
                 warnings.simplefilter("ignore")
-                from pgserver import get_server
+                try:
+                    from pgserver import get_server
+                except ImportError:
+                    raise NoDatabase(NO_EMBEDDED) from None
 
+                _forget_dead_holders(data_dir / "pgdata")
                 server = get_server(data_dir / "pgdata", cleanup_mode="stop")
             _embedded_servers[data_dir] = server
     admin_url = server.get_uri()
@@ -59,8 +74,38 @@ def start_embedded(data_dir: Path) -> str:
     return str(server.get_uri(EMBEDDED_DATABASE))
 
 
+def _forget_dead_holders(pgdata: Path) -> None:
+    """Strike from pgserver's list of the processes holding the server those that are gone.
+
+    pgserver stops the server when the last process on its list exits, and each removes itself
+    at exit. A process that could not (killed, or ended by a signal without cleaning up) stays on
+    the list for ever, and then no later exit is the last one: the server would outlive every
+    tickler. A process that is not running holds nothing."""
+    import psutil
+    from pgserver.postgres_server import PostgresServer
+    from pgserver.utils import DiskList
+
+    holders = DiskList(pgdata / ".handle_pids.json")
+    with PostgresServer._lock:  # the lock pgserver takes around the same list
+        if not holders.path.exists():
+            return
+        pids = holders.get()
+        living = [pid for pid in pids if _running(psutil, pid)]
+        if living != pids:
+            holders.put(living)
+
+
+def _running(psutil: Any, pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True  # someone else's process, alive
+
+
 def _ensure_database(admin_url: str, name: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=DEFAULT_CONNECT_TIMEOUT) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         if exists:
             return

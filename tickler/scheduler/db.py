@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 
 # Reaching the database without SQLAlchemy lives in connect.py; its names are the store's too.
 from tickler.scheduler.connect import (
+    DEFAULT_CONNECT_TIMEOUT,
     EMBEDDED_DATABASE,
     NoDatabase,
     embedded_data_exists,
@@ -30,7 +31,14 @@ from tickler.scheduler.connect import (
 )
 from tickler.scheduler.sql import run
 
-__all__ = ["EMBEDDED_DATABASE", "NoDatabase", "embedded_data_exists", "libpq_url", "start_embedded"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "EMBEDDED_DATABASE",
+    "NoDatabase",
+    "embedded_data_exists",
+    "libpq_url",
+    "start_embedded",
+]
 
 # The database is away (restarting, unreachable): loops back off and try again.
 DATABASE_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError)
@@ -63,14 +71,15 @@ def existing_database_url(database_url: str, data_dir: Path) -> str:
 IDLE_PING_SECONDS = 10.0
 
 
-def create_engine(url: str, *, pool_size: int = 10) -> sa.Engine:
-    """An engine for tickler's store. Callers build it at start-up (never at import time)."""
+def create_engine(url: str, *, pool_size: int = 10, connect_timeout: int = DEFAULT_CONNECT_TIMEOUT) -> sa.Engine:
+    """An engine for tickler's store. Callers build it at start-up (never at import time).
+    `connect_timeout`: seconds a new pooled connection may take (Settings.connect_timeout)."""
     engine = sa.create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_recycle=3600,
-        connect_args={"application_name": "tickler"},
+        connect_args={"application_name": "tickler", "connect_timeout": connect_timeout},
     )
     _ping_idle_connections(engine)
     _drop_stale_prepared_statements(engine)

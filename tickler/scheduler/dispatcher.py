@@ -26,7 +26,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from tickler.config import WorkerSettings
-from tickler.scheduler import history, metrics, recurring, statistics, tracing
+from tickler.scheduler import erasing, history, metrics, recurring, statistics, tracing
 from tickler.scheduler.db import unavailable_reason
 from tickler.scheduler.delivery import Dead, Delivered, Deliverer, Failed, Outcome
 from tickler.scheduler.finisher import Finisher
@@ -66,9 +66,11 @@ class Dispatcher:
         *,
         deliverers: Mapping[str, Deliverer] | None = None,
         webhook: Deliverer | None = None,
+        secret_key: str = "",
     ) -> None:
         """`deliverers` maps queue names to their in-process deliverer; `webhook`, when given,
-        delivers every webhook queue."""
+        delivers every webhook queue; `secret_key`: TICKLER_SECRET_KEY, which keys the hashes of
+        erased values (empty: the key kept in the database)."""
         self.store = store
         self.listener = listener
         self.config = config
@@ -76,6 +78,7 @@ class Dispatcher:
         self.webhook = webhook
         self.finisher = Finisher(store)
         self.keeper = LeaseKeeper(store, listener)
+        self.eraser = erasing.Eraser(store.engine, erasing.Hasher(store.engine, secret_key))
         # Serving webhooks, any queue may turn out to be one: wake for every queue.
         self.waiter = WorkWaiter(store, listener, None if webhook is not None else self.deliverers)
         # Deliveries run on daemon threads fed by this queue, not a ThreadPoolExecutor: the
@@ -114,6 +117,9 @@ class Dispatcher:
         )
         # History partitions: once at start (a worker that was down for days), then now and then.
         self._every(history.periodic(self.store), history.INTERVAL_SECONDS, "history_maintenance", at_start=True)
+        # Erasures requested over the API or the command line; one left unfinished by a process
+        # that died is taken up again at start.
+        self._every(erasing.periodic(self.eraser), erasing.INTERVAL_SECONDS, "erasures", at_start=True)
         self._scheduler.start()
         self.finisher.start()
         self._claimer.start()

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -27,7 +29,7 @@ import psycopg
 
 # psycopg alone: `tickler queues list` checks the migrations before it reads, and importing
 # SQLAlchemy or structlog would be most of its start-up (the logger is taken when one is written).
-from tickler.scheduler.connect import libpq_url
+from tickler.scheduler.connect import DEFAULT_CONNECT_TIMEOUT, libpq_url
 
 
 def _log() -> Any:
@@ -44,7 +46,15 @@ _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 SCHEMA_FILE = "schema.sql"
 # The code files in the order a new database needs them: a view or trigger of one file may call
 # the functions of an earlier one (function bodies are not checked while they are applied).
-CODE_FILES = ("counters.sql", "finishing.sql", "claiming.sql", "history.sql", "event_triggers.sql", "writing.sql")
+CODE_FILES = (
+    "counters.sql",
+    "finishing.sql",
+    "claiming.sql",
+    "history.sql",
+    "event_triggers.sql",
+    "writing.sql",
+    "erasing.sql",
+)
 
 _LEDGER_DDL = """
 CREATE TABLE IF NOT EXISTS tickler_migration (
@@ -183,13 +193,15 @@ def _check_code(applied: dict[str, list[str]], files: list[CodeFile], *, allow_n
     return pending
 
 
-def pending_migrations(url: str, *, allow_newer: bool = False) -> list[Step]:
+def pending_migrations(
+    url: str, *, allow_newer: bool = False, connect_timeout: int = DEFAULT_CONNECT_TIMEOUT
+) -> list[Step]:
     """Steps not yet applied to the database at `url` (raises MigrationError on a mismatch).
 
     `allow_newer`: migrations after this code's newest are no mismatch. An upgrade migrates
     first, while the previous release still serves (docs/deploy.md): migrations only add what the
     running code can ignore, so that code stays ready, and a rollback of the code alone works."""
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=connect_timeout) as conn:
         return pending_on(conn, allow_newer=allow_newer)
 
 
@@ -256,29 +268,72 @@ def _install(conn: psycopg.Connection, migrations: list[Migration], files: list[
         conn.execute("SELECT tickler_maintain_history()")
 
 
-def migrate(url: str, *, through: int | None = None) -> list[Step]:
+def pending_summary(steps: list[Step]) -> str:
+    """A short description of pending steps, for one line of an error or of /readyz: the count
+    and the first and last (a new database has dozens, which no one reads in a list)."""
+    if len(steps) == 1:
+        return f"1 step pending ({steps[0].label})"
+    return f"{len(steps)} steps pending ({steps[0].label} … {steps[-1].label})"
+
+
+def _may_not_migrate(conn: psycopg.Connection, pending: list[Step], error: psycopg.Error) -> MigrationError:
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return MigrationError(
+        f"the database has {pending_summary(pending)}, which the role {conn.info.user} may not apply ({reason}): "
+        "run `tickler migrate` as the schema's owner (docs/deploy.md), then start again"
+    )
+
+
+def migrate(
+    url: str,
+    *,
+    through: int | None = None,
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    progress: Callable[[str], None] | None = None,
+) -> list[Step]:
     """Apply every pending step; return those this call applied. `through`: only the numbered
     steps up to that version, and no code file (an upgrade test builds an earlier release's
-    database this way)."""
+    database this way). `progress` is told, in a line for people, each step as it is applied."""
     migrations = [m for m in available_migrations() if through is None or m.version <= through]
     files = code_files() if through is None else []
+    say = progress or (lambda line: None)
     applied_now: list[Step] = []
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+    with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=connect_timeout) as conn:
+        # The ledger first, which reading needs no privilege beyond the service's: a role with data
+        # privileges only starts on a migrated database (the ledger's CREATE TABLE IF NOT EXISTS
+        # below needs CREATE on the schema even when the tables are there).
+        pending: list[Step] = [*_check_history(_applied(conn), migrations)]
+        pending += _check_code(_applied_code(conn), files)
+        if not pending:
+            return []
         try:
-            conn.execute(_LEDGER_DDL)
-            if through is None and _is_new(conn):
-                _install(conn, migrations, files)
-                applied_now = [*migrations, *files]
-            else:
-                pending: list[Step] = [*_check_history(_applied(conn), migrations)]
-                pending += _check_code(_applied_code(conn), files)
-                for step in pending:
-                    _apply(conn, step)
-                    _log().debug("migration_applied", step=step.label)
-                    applied_now.append(step)
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
+            conn.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+            try:
+                conn.execute(_LEDGER_DDL)
+                if through is None and _is_new(conn):
+                    say(
+                        f"a new database: creating today's schema ({SCHEMA_FILE} and {len(files)} code files; "
+                        f"{len(migrations)} numbered migrations recorded as done)"
+                    )
+                    started = time.monotonic()
+                    _install(conn, migrations, files)
+                    applied_now = [*migrations, *files]
+                    say(f"  created the schema in {time.monotonic() - started:.2f} s")
+                else:
+                    # Again under the lock: a concurrent run may have applied some meanwhile.
+                    pending = [*_check_history(_applied(conn), migrations)]
+                    pending += _check_code(_applied_code(conn), files)
+                    for step in pending:
+                        kind = "migration" if isinstance(step, Migration) else "code file"
+                        started = time.monotonic()
+                        _apply(conn, step)
+                        say(f"  applied {kind} {step.label} in {time.monotonic() - started:.2f} s")
+                        _log().debug("migration_applied", step=step.label)
+                        applied_now.append(step)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
+        except psycopg.errors.InsufficientPrivilege as error:
+            raise _may_not_migrate(conn, pending, error) from None
     if applied_now:
         # One line for a whole run (a first start applies them all), not one per step.
         first, last = applied_now[0].label, applied_now[-1].label

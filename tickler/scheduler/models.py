@@ -112,7 +112,7 @@ class Queue:
     @property
     def flow_limited(self) -> bool:
         """Whether claims of this queue go through its flow lock (see flow_room in queries.sql). Fair
-        share alone does not: its cursor is a hint, not a limit (claim_events_round_robin)."""
+        share alone does not: its cursor is a hint, not a limit (tickler_claim_events)."""
         return (
             self.paused
             or self.max_in_flight is not None

@@ -357,47 +357,6 @@ SELECT min(next_on) AS next_on, clock_timestamp() AS db_now FROM (
 -- Record when the dispatchers of these queues will look next (under prepare_to_sleep's lock).
 UPDATE tickler_queue SET next_wake = :next_wake WHERE name = ANY(CAST(:queues AS text[]));
 
--- fragment: claim_ended_leases
--- The end of claim_events_round_robin and of tickler_claim_events() (which holds claim_events'
--- statement, in scheduler/database/claiming.sql), the same text in both: change both together.
--- Each defines `clock`, `expired` (the queue's expired leases it locked: id, the lease's columns,
--- attempt, dies) and `chosen` (the unleased events it locked, in order: id) before it. `died` ends
--- the expired leases that were their events' last attempt (tickler_end_expired_leases); `claimed`
--- leases the others and the chosen events, at most :limit; `logged` writes the 'lease_expired'
--- entry of each expired lease the claim ended.
-died AS (  -- the function is called only when one dies (it is planned at every call)
-    SELECT count(*) AS n
-    FROM tickler_end_expired_leases(ARRAY(SELECT id FROM expired WHERE dies), 'tickler', (SELECT now FROM clock))
-    WHERE EXISTS (SELECT 1 FROM expired WHERE dies)
-),
-claimed AS (
-    UPDATE tickler_event AS e
-    SET claimed_on = clock.now,
-        claimed_by = :worker,
-        lease_id = tickler_new_lease_id(),
-        lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
-        claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
-        -- an expired lease ends here: the attempt it was counts (see expired)
-        redeliver_count = e.redeliver_count + CASE WHEN e.lease_id IS NULL THEN 0 ELSE 1 END,
-        last_error = CASE WHEN e.lease_id IS NULL THEN e.last_error ELSE 'lease expired' END,
-        version = e.version + 1
-    FROM clock
-    -- = ANY(ARRAY(...)) and not a join: a join lets the planner hash-join a sequential scan of
-    -- the whole table once it believes the candidates are many; this is always primary-key lookups.
-    WHERE e.id = ANY(ARRAY((SELECT id FROM expired WHERE NOT dies) UNION ALL (SELECT id FROM chosen) LIMIT :limit))
-    RETURNING e.*
-),
-logged AS (  -- the expired leases this claim ended
-    SELECT tickler_timeline_write(array_agg(ROW(
-               c.queue, c.item_key, c.id, c.claimed_on, 'lease_expired', 'tickler', c.schedule_on,
-               tickler_with_claim(tickler_lease_expired_details(x.lease_id, x.claimed_by, x.lease_expires_on),
-                                  c.claimed_on, 'tickler', c.schedule_on, x.claimed_on, x.claimed_by,
-                                  x.claimed_expires_on, x.lease_id, x.attempt, c.group_key, c.schedule_on)
-           )::tickler_timeline_row ORDER BY c.id)) AS written
-    FROM claimed AS c
-    JOIN expired AS x ON x.id = c.id
-)
-
 -- name: claim_events
 -- Lease up to :limit due, ungrouped events of a queue, one lease each, skipping rows that other
 -- transactions hold. Returns the claimed events. An event whose lease expired and was not ended
@@ -409,10 +368,14 @@ logged AS (  -- the expired leases this claim ended
 -- that has claimable events (`levels`: a skip scan, one index probe per level, highest first) is
 -- read from its first due event on, and the claim stops reading once it has :limit events (the
 -- levels and their scans are pulled lazily), so a batch never takes a lower level's event while
--- a higher level has due events it could take.
+-- a higher level has due events it could take. A fair-share queue without a cap (:fair) is
+-- claimed the same way, its unleased events as tickler_fair_pick() hands them out: priority
+-- levels from the highest, round robin across fairness keys within a level. Two fair claims
+-- that run at once both start from the queue's cursor: SKIP LOCKED hands them different events
+-- (a key may then give one event to each), and the cursor keeps the move of one of them.
 -- The statement is tickler_claim_events() (scheduler/database/claiming.sql): a PL/pgSQL function
 -- planned once per session on a generic plan, where a prepared statement with LIMIT :limit would
--- be planned at every call.
+-- be planned at every call. Its rows come in claim order.
 -- Every row also says whether the queue has group work (`groups_due`, tickler_groups_due: asked
 -- once, in the snapshot of the claim), which spares the dispatcher a statement of its own.
 WITH groups AS MATERIALIZED (  -- one call, not one per row
@@ -420,59 +383,10 @@ WITH groups AS MATERIALIZED (  -- one call, not one per row
 )
 SELECT (r.event).*, 'in_flight' AS status, r.lease_ended, r.died, g.due AS groups_due
 FROM tickler_claim_events(:queue, :worker, CAST(:limit AS integer), CAST(:lease_seconds AS double precision),
-                          CAST(:now AS timestamptz), CAST(:flow AS boolean)) AS r
+                          CAST(:now AS timestamptz), CAST(:flow AS boolean), CAST(:fair AS boolean))
+     WITH ORDINALITY AS r (event, lease_ended, died, n)
 CROSS JOIN groups AS g
-ORDER BY (r.event).priority DESC, (r.event).schedule_on, (r.event).id;
-
--- name: claim_events_round_robin
--- Lease up to :limit due, ungrouped events of a fair-share queue without a cap (fair_share, no
--- max_in_flight_per_key, max_in_flight or rate), one lease each, in one autocommit statement like
--- claim_events: no flow lock, because the cursor is a hint, not a limit. Events whose lease expired
--- are taken first, as in claim_events; the rest is what tickler_fair_pick() hands out
--- (scheduler/database/claiming.sql: priority levels from the highest, round robin across fairness
--- keys within a level, locked with SKIP LOCKED), in that order. Two claims that run at once both
--- start from the cursor: SKIP LOCKED hands them different events (a key may then give one event to
--- each), and the cursor keeps the move of one of them. The statement takes nothing from a paused or
--- limited queue (those are claimed under the flow lock, whatever a caller believes the settings
--- are).
-WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
-open_to_us AS (
-    SELECT true AS ok FROM tickler_queue AS q
-    WHERE q.name = :queue AND NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
-      AND q.max_in_flight_per_key IS NULL
-),
-expired AS (  -- leases whose time is up (the lease test of expiry, as in claim_events)
-    SELECT e.id, e.lease_id, e.claimed_by, e.lease_expires_on, e.claimed_on, e.claimed_expires_on,
-           e.redeliver_count + 1 AS attempt,
-           tickler_attempts_used_up(e.redeliver_count + 1, e.max_attempts) AS dies
-    -- the queue's expired leases, from the lease table (the events in flight only), then their
-    -- rows, each found by its primary key (a join, so that no plan reads the claimable indexes
-    -- whole for them)
-    FROM (SELECT l.event_id FROM tickler_lease AS l
-          WHERE l.queue = :queue AND l.group_key IS NULL AND l.expires_on <= (SELECT now FROM clock)
-          ORDER BY l.expires_on LIMIT :limit) AS x
-    JOIN tickler_event AS e ON e.id = x.event_id
-    WHERE e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
-      AND e.lease_expires_on <= (SELECT now FROM clock)
-      AND EXISTS (SELECT 1 FROM open_to_us)
-    ORDER BY e.lease_expires_on
-    LIMIT :limit
-    FOR UPDATE OF e SKIP LOCKED
-),
-picked AS MATERIALIZED (  -- the unleased events: tickler_fair_claimable, read by the pick only
-    SELECT tickler_fair_pick(:queue, clock.now, :limit - (SELECT count(*) FROM expired WHERE NOT dies)::integer,
-                             NULL) AS ids
-    FROM clock WHERE EXISTS (SELECT 1 FROM open_to_us)
-),
-chosen AS (SELECT unnest(ids) AS id FROM picked),
-groups AS MATERIALIZED (SELECT tickler_groups_due(:queue, clock.now, false) AS due FROM clock),
--- include: claim_ended_leases
--- As claim_events: one row per claimed event (the expired first, then in the order handed out),
--- with whether its claim ended an expired lease; `died` and `groups_due` also on the one row of NULLs.
-SELECT c.*, 'in_flight' AS status, (x.id IS NOT NULL) AS lease_ended, d.n AS died, g.due AS groups_due
-FROM died AS d CROSS JOIN logged AS l CROSS JOIN groups AS g LEFT JOIN claimed AS c ON true
-LEFT JOIN expired AS x ON x.id = c.id LEFT JOIN picked AS p ON true
-ORDER BY x.id IS NULL, array_position(p.ids, c.id), c.id;
+ORDER BY r.n;
 
 -- name: claim_events_fair
 -- Lease the ungrouped events tickler_fair_pick() hands out (scheduler/database/claiming.sql:

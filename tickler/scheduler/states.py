@@ -49,6 +49,7 @@ class Action(StrEnum):
     SCHEDULE_CREATED = "schedule_created"
     SCHEDULE_UPDATED = "schedule_updated"
     SCHEDULE_DELETED = "schedule_deleted"
+    ERASED = "erased"  # the last entry of an erased key (SPEC §12): of the erasure, not of an event
 
 
 class OnConflict(StrEnum):

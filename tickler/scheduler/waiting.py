@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from tickler.scheduler.connect import DEFAULT_CONNECT_TIMEOUT
 from tickler.scheduler.models import Lease, Queue
 from tickler.scheduler.store import Store
 from tickler.scheduler.store.leases import Claim
@@ -71,9 +72,17 @@ class PullClaims:
     """Pull consumers' claims, long-polling on the process's LISTEN connection: `listener` when
     given (its owner stops it), else one of its own, started on first use."""
 
-    def __init__(self, store: Store, database_url: str, *, listener: WakeupListener | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        database_url: str,
+        *,
+        listener: WakeupListener | None = None,
+        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
         self.store = store
         self.database_url = database_url
+        self.connect_timeout = connect_timeout
         self._listener = listener
         self._owned: WakeupListener | None = None
         self._lock = threading.Lock()
@@ -81,7 +90,9 @@ class PullClaims:
     def _listening(self) -> WakeupListener:
         with self._lock:
             if self._listener is None:
-                self._listener = self._owned = WakeupListener(self.database_url).start()
+                self._listener = self._owned = WakeupListener(
+                    self.database_url, connect_timeout=self.connect_timeout
+                ).start()
             return self._listener
 
     def stop(self) -> None:

@@ -19,7 +19,7 @@ import psycopg
 import structlog
 from psycopg import sql
 
-from tickler.scheduler.db import libpq_url
+from tickler.scheduler.db import DEFAULT_CONNECT_TIMEOUT, libpq_url
 
 log = structlog.get_logger(__name__)
 
@@ -33,8 +33,11 @@ CACHE_CHANNEL = "tickler_cache"
 
 
 class WakeupListener:
-    def __init__(self, database_url: str, *, reconnect_delay: float = 0.5) -> None:
+    def __init__(
+        self, database_url: str, *, reconnect_delay: float = 0.5, connect_timeout: int = DEFAULT_CONNECT_TIMEOUT
+    ) -> None:
         self._url = libpq_url(database_url)
+        self._connect_timeout = connect_timeout
         self._reconnect_delay = reconnect_delay
         self._cond = threading.Condition()
         self._generations: dict[str, int] = {}
@@ -123,7 +126,12 @@ class WakeupListener:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True, application_name="tickler-listen") as conn:
+                with psycopg.connect(
+                    self._url,
+                    autocommit=True,
+                    application_name="tickler-listen",
+                    connect_timeout=self._connect_timeout,
+                ) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CACHE_CHANNEL)))
                     self.connected.set()

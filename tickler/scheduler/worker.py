@@ -35,11 +35,20 @@ from tickler.scheduler.delivery import Deliverer
 from tickler.scheduler.delivery.handlers import EventHandler, GroupHandler, HandlerDeliverer, Handlers
 from tickler.scheduler.delivery.webhook import WebhookDeliverer
 from tickler.scheduler.dispatcher import Dispatcher, DispatcherConfig
-from tickler.scheduler.migrate import migrate
+from tickler.scheduler.migrate import MigrationError, migrate, pending_migrations, pending_summary
 from tickler.scheduler.store import Store
 from tickler.scheduler.wakeup import WakeupListener
 
 log = structlog.get_logger(__name__)
+
+
+def _refuse_unmigrated(url: str, connect_timeout: int) -> None:
+    """A worker told not to migrate stops at start, in one line, on a database that lacks steps it
+    needs, instead of failing every claim on a missing table. Steps of a newer release are no reason
+    (an upgrade migrates first, while this release still runs)."""
+    pending = pending_migrations(url, allow_newer=True, connect_timeout=connect_timeout)
+    if pending:
+        raise MigrationError(f"the database is not migrated: {pending_summary(pending)}; run `tickler migrate` first")
 
 
 def _warn_without_autovacuum(engine: sa.Engine) -> None:
@@ -100,18 +109,23 @@ class Worker:
         url = self._database_url or resolve_database_url(self.settings.database_url, self.settings.data_dir)
         if self._engine is None:
             if self.settings.migrate_on_start:
-                migrate(url)
-            self._engine = create_engine(url, pool_size=self.settings.pool_size)
+                migrate(url, connect_timeout=self.settings.connect_timeout)
+            else:
+                _refuse_unmigrated(url, self.settings.connect_timeout)
+            self._engine = create_engine(
+                url, pool_size=self.settings.pool_size, connect_timeout=self.settings.connect_timeout
+            )
             self._owns_engine = True
         _warn_without_autovacuum(self._engine)
         handler_deliverer = HandlerDeliverer(self.handlers)
         deliverers: dict[str, Deliverer] = {queue: handler_deliverer for queue in self.handlers.queues}
         self._dispatcher = Dispatcher(
             Store(self._engine),
-            WakeupListener(url),
+            WakeupListener(url, connect_timeout=self.settings.connect_timeout),
             DispatcherConfig(worker_name=self.name, **(asdict(self.settings.worker) | self._config)),
             deliverers=deliverers,
             webhook=WebhookDeliverer() if self.deliver_webhooks else None,
+            secret_key=self.settings.secret_key,
         ).start()
         return self._dispatcher
 

@@ -34,6 +34,7 @@ from tickler_client.errors import (
 from tickler_client.models import (
     BatchResult,
     DeletedQueue,
+    Erasure,
     Event,
     Lease,
     NackResult,
@@ -53,6 +54,7 @@ __all__ = [
     "Conflict",
     "ConsumeStats",
     "DeletedQueue",
+    "Erasure",
     "Event",
     "Forbidden",
     "Lease",

@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 
-from tickler_client import _events, _leases, _queues, _tokens
+from tickler_client import _erasures, _events, _leases, _queues, _tokens
 from tickler_client._bind import AwaitsSends, awaiting
 from tickler_client.aio_consume import Handler, run_consumer
 from tickler_client.consume import ConsumeStats, default_worker_name
@@ -55,6 +55,11 @@ class AsyncClient(AwaitsSends):
     create_token = awaiting(_tokens.create_token)
     list_tokens = awaiting(_tokens.list_tokens)
     revoke_token = awaiting(_tokens.revoke_token)
+
+    # erasures (admin)
+    erase = awaiting(_erasures.erase)
+    erasure = awaiting(_erasures.erasure)
+    erasures = awaiting(_erasures.erasures)
 
     async def ack(self, lease: Lease | str) -> None:
         try:

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
-from tickler_client import _events, _leases, _queues, _tokens
+from tickler_client import _erasures, _events, _leases, _queues, _tokens
 from tickler_client._bind import Sends, blocking
 from tickler_client._http import Transport
 from tickler_client.consume import ConsumeStats, default_worker_name, run_consumer
@@ -74,6 +74,11 @@ class Client(Sends):
     create_token = blocking(_tokens.create_token)
     list_tokens = blocking(_tokens.list_tokens)
     revoke_token = blocking(_tokens.revoke_token)
+
+    # erasures (admin)
+    erase = blocking(_erasures.erase)
+    erasure = blocking(_erasures.erasure)
+    erasures = blocking(_erasures.erasures)
 
     def ack(self, lease: Lease | str) -> None:
         with self._explaining(lease):

@@ -39,6 +39,23 @@ class TicklerError(Exception):
         self.errors: dict[str, list[str]] = errors or {}
         self.problem: dict[str, Any] = problem or {}
 
+    def __str__(self) -> str:
+        """What a traceback shows: the status and title, the detail unless it only repeats the
+        title, and each refused field with its reasons (the part a person acts on).
+
+        "400 The request is not valid: delay_seconds: Must be greater than or equal to 0."
+        """
+        said = [self.title] if self.status and self.title else []
+        if self.detail and self.detail.rstrip(".") != self.title.rstrip("."):
+            said.append(self.detail)
+        text = ": ".join(said) or self.detail
+        if self.status:
+            text = f"{self.status} {text}"
+        if self.errors:
+            reasons = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in self.errors.items())
+            text = f"{text.rstrip('.')}: {reasons}"
+        return text
+
 
 class ValidationError(TicklerError):
     """400: the request was refused and nothing was written; `errors` names each field. Also

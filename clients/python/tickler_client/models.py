@@ -242,3 +242,26 @@ class Token:
     revoked_on: datetime | None = wire(_maybe_time, missing=None)
     token: str | None = wire(missing=None, default=None)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def _int_counts(value: Any) -> dict[str, int]:
+    return {str(k): int(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+@model
+class Erasure:
+    """An erasure as the log keeps it: who asked, when and why, how far it is (`status`:
+    pending, running, done or failed) and what it changed (`counts`: open_events,
+    finished_events, timeline_entries, archive_rows). The erased values are never in it."""
+
+    id: int = wire(int)
+    status: str = wire(str)
+    requested_by: str = wire(str)
+    requested_at: datetime = wire(parse_time)
+    finished_at: datetime | None = wire(_maybe_time, missing=None)
+    reason: str = wire(str)
+    counts: dict[str, int] = wire(_int_counts, missing=None)
+    queues: list[str] | None = wire(lambda v: None if v is None else _strings(v), missing=None, default=None)
+    started_at: datetime | None = wire(_maybe_time, missing=None, default=None)
+    note: str | None = wire(missing=None, default=None)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from flask import Blueprint, Flask, render_template
 from werkzeug.exceptions import HTTPException
 
-from tickler.api.ui import actions, pages, schedules, session, settings, tokens, traces
+from tickler.api.ui import actions, erasures, pages, schedules, session, settings, tokens, traces
 from tickler.scheduler.errors import Invalid, NotFound, TicklerError
 
 bp = Blueprint(
@@ -27,6 +27,7 @@ actions.install(bp)
 schedules.install(bp)
 settings.install(bp)
 tokens.install(bp)
+erasures.install(bp)
 traces.install(bp)
 pages.install(bp)  # last: its catch-all answers the paths no other page has
 

@@ -7,17 +7,23 @@
 -- a DROP FUNCTION IF EXISTS before it. Bodies are not checked when applied (check_function_bodies
 -- is off), so the order within and between files matters only for views and triggers.
 
--- The plain claim: leases up to p_limit of a queue's ungrouped events to p_worker for
--- p_lease_seconds, higher priority first, then earlier due time (each priority level found by a
--- skip scan, read from its first due event on), events whose lease expired first. An expired
--- lease ends here, its attempt counted; an event whose last attempt it was dies through
--- tickler_end_expired_leases instead of being claimed. p_now NULL: the database clock. p_flow
--- false: the fast path, which takes nothing from a paused or limited queue (those are claimed
--- only under the queue's flow lock, see flow_room in scheduler/queries.sql).
+-- The claim of a queue's ungrouped events without the flow lock: leases up to p_limit of them to
+-- p_worker for p_lease_seconds, events whose lease expired first. An expired lease ends here, its
+-- attempt counted; an event whose last attempt it was dies through tickler_end_expired_leases
+-- instead of being claimed. p_now NULL: the database clock.
+-- Which unleased events (`chosen`): for a plain queue (p_fair false), higher priority first, then
+-- earlier due time, each priority level found by a skip scan and read from its first due event on;
+-- for a fair-share queue without a cap (p_fair true), what tickler_fair_pick hands out (round robin
+-- across fairness keys within a level), in that order. The fair cursor is a hint, not a limit,
+-- so this claim takes no lock but the rows' own (SKIP LOCKED).
+-- p_flow false: the statement takes nothing from a paused or limited queue, nor from a queue
+-- whose fair_share is not p_fair, whatever a caller believes the settings are (those are claimed
+-- only under the queue's flow lock, see flow_room and claim_events_fair in scheduler/queries.sql).
 -- PL/pgSQL on generic plans (plan_cache_mode): planned once per session, and again after each
 -- ANALYZE of the tables it reads. A prepared statement would be planned at every call (a generic
 -- plan prices `LIMIT p_limit` at a tenth of the table, so it never looks cheaper than a custom
--- one), at as much CPU as running it. tests/test_plans.py holds the plan to the claimable index.
+-- one), at as much CPU as running it; the branch of the other kind of queue is a one-time filter.
+-- tests/test_plans.py holds the plans to the claimable indexes.
 -- Returns one row per claimed event (claim order) with whether its claim ended an expired lease,
 -- and `died`: how many events died of an expired lease; one row with `event` NULL when nothing
 -- was claimed.
@@ -27,13 +33,19 @@ CREATE OR REPLACE FUNCTION tickler_claim_events(
     p_limit integer,
     p_lease_seconds double precision,
     p_now timestamptz,
-    p_flow boolean
+    p_flow boolean,
+    p_fair boolean
 ) RETURNS TABLE (event tickler_event, lease_ended boolean, died bigint)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
     WITH RECURSIVE clock AS (SELECT coalesce(p_now, now()) AS now),
+    open_to_us AS (  -- without the flow lock: only a queue of this claim's kind with no limits
+        SELECT p_flow OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
+                                 AND q.fair_share = p_fair AND q.max_in_flight_per_key IS NULL
+                          FROM tickler_queue AS q WHERE q.name = p_queue) AS ok
+    ),
     levels AS (
         (SELECT e.priority FROM tickler_event AS e
          WHERE e.queue = p_queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
@@ -57,39 +69,32 @@ BEGIN
                 ORDER BY l.expires_on LIMIT p_limit))
           AND e.dequeued_on IS NULL AND e.lease_id IS NOT NULL AND e.group_key IS NULL
           AND e.lease_expires_on <= (SELECT now FROM clock)
-          AND (p_flow OR (SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
-                                                 AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
-                                          FROM tickler_queue AS q WHERE q.name = p_queue))
+          AND (SELECT ok FROM open_to_us)
         ORDER BY e.lease_expires_on
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     ),
-    chosen AS (  -- the unleased due events, in claim order
-        SELECT c.id FROM levels AS l
-        CROSS JOIN LATERAL (
-            SELECT e.id FROM tickler_event AS e
-            WHERE e.queue = p_queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
-              AND e.priority = l.priority AND e.schedule_on <= (SELECT now FROM clock)
-              -- the fast path takes nothing from a paused or limited queue: those are claimed only under
-              -- the queue's flow lock (:flow, see flow_room), whatever a caller believes the settings are
-              AND (p_flow OR (
-                  SELECT NOT q.paused AND q.max_in_flight IS NULL AND q.rate_per_second IS NULL
-                         AND NOT q.fair_share AND q.max_in_flight_per_key IS NULL
-                  FROM tickler_queue AS q WHERE q.name = p_queue))
-            ORDER BY e.schedule_on, e.id
-            LIMIT p_limit
-            FOR UPDATE OF e SKIP LOCKED
-        ) AS c
-        WHERE l.priority IS NOT NULL
-        LIMIT p_limit
+    picked AS MATERIALIZED (  -- a fair queue's unleased events, in the order handed out
+        SELECT tickler_fair_pick(p_queue, clock.now, (p_limit - (SELECT count(*) FROM expired WHERE NOT dies))::integer,
+                                 NULL) AS ids
+        FROM clock WHERE p_fair AND (SELECT ok FROM open_to_us)
     ),
-    -- From here on, the text of the fragment claim_ended_leases of scheduler/queries.sql, which
-    -- claim_events_round_robin includes: change both together. Each defines `clock`,
-    -- `expired` (the queue's expired leases it locked: id, the lease's columns, attempt, dies) and
-    -- `chosen` (the unleased events it locked, in order: id) before it. `died` ends the expired leases
-    -- that were their events' last attempt (tickler_end_expired_leases); `claimed` leases the others
-    -- and the chosen events, at most p_limit; `logged` writes the 'lease_expired' entry of each
-    -- expired lease the claim ended.
+    chosen AS (  -- the unleased due events, in claim order
+        (SELECT c.id FROM levels AS l
+         CROSS JOIN LATERAL (
+             SELECT e.id FROM tickler_event AS e
+             WHERE e.queue = p_queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
+               AND e.priority = l.priority AND e.schedule_on <= (SELECT now FROM clock)
+               AND (SELECT ok FROM open_to_us)
+             ORDER BY e.schedule_on, e.id
+             LIMIT p_limit
+             FOR UPDATE OF e SKIP LOCKED
+         ) AS c
+         WHERE NOT p_fair AND l.priority IS NOT NULL
+         LIMIT p_limit)
+        UNION ALL
+        SELECT unnest(p.ids) FROM picked AS p
+    ),
     died AS (  -- the function is called only when one dies (it is planned at every call)
         SELECT count(*) AS n
         FROM tickler_end_expired_leases(ARRAY(SELECT id FROM expired WHERE dies), 'tickler', (SELECT now FROM clock))
@@ -124,16 +129,32 @@ BEGIN
     )
     -- One row per claimed event, with whether its claim ended an expired lease; `died`: how many
     -- events died of an expired lease (also on the one row of NULLs when nothing was claimed).
+    -- A fair claim's order: its expired leases first, then as handed out.
     SELECT CASE WHEN c.id IS NOT NULL THEN ROW(c.*)::tickler_event END, (x.id IS NOT NULL), d.n
     FROM died AS d CROSS JOIN logged AS l LEFT JOIN claimed AS c ON true LEFT JOIN expired AS x ON x.id = c.id
-    ORDER BY c.priority DESC, c.schedule_on, c.id;
+    LEFT JOIN picked AS p ON true
+    ORDER BY CASE WHEN p_fair THEN x.id IS NULL END, CASE WHEN p_fair THEN array_position(p.ids, c.id) END,
+             c.priority DESC, c.schedule_on, c.id;
 END
+$$;
+
+-- The previous release's call of the plain claim (its workers run on during an upgrade).
+CREATE OR REPLACE FUNCTION tickler_claim_events(
+    p_queue text,
+    p_worker text,
+    p_limit integer,
+    p_lease_seconds double precision,
+    p_now timestamptz,
+    p_flow boolean
+) RETURNS TABLE (event tickler_event, lease_ended boolean, died bigint)
+LANGUAGE sql AS $$
+    SELECT * FROM tickler_claim_events(p_queue, p_worker, p_limit, p_lease_seconds, p_now, p_flow, false)
 $$;
 
 -- Whether a group claim of this queue would find work now (p_flow false: and the queue is one
 -- the fast path claims). A dispatcher serves groups and ungrouped events in turns (groups first
 -- every other round, so neither starves the other); the ungrouped claims (claim_events,
--- claim_events_round_robin) return this answer with their rows, and the dispatcher runs a group
+-- claim_events_fair) return this answer with their rows, and the dispatcher runs a group
 -- claim only when the claim before it saw group work (scheduler/store/leases.py). That spares a
 -- queue without groups, the common case, a statement and a round trip of its own every other claim.
 -- PL/pgSQL, so that its two probes are planned once per session (a LANGUAGE sql function with

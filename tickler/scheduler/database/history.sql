@@ -35,11 +35,15 @@ END
 $$;
 
 -- The timeline is append-only: an UPDATE, DELETE or TRUNCATE of it is refused, except the
--- archive's removal of what it archived.
+-- archive's removal of what it archived and an erasure's rewrite of an erased key's entries.
 CREATE OR REPLACE FUNCTION tickler_timeline_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     -- The archive job is the one writer allowed to remove history, and says so explicitly.
     IF TG_OP IN ('DELETE', 'TRUNCATE') AND current_setting('tickler.archiving', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    -- An erasure (tickler_erase_timeline, erasing.sql) replaces values in place, rows stay.
+    IF TG_OP = 'UPDATE' AND current_setting('tickler.erasing', true) = 'on' THEN
         RETURN NULL;
     END IF;
     RAISE EXCEPTION 'tickler_timeline is append-only (% refused)', TG_OP

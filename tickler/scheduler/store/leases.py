@@ -177,7 +177,7 @@ def _claim_events(
 ) -> tuple[list[Lease], bool]:
     """Claim up to params["limit"] ungrouped events, a lease each, in one statement; with the
     leases, whether the queue has group work (tickler_groups_due, asked by the same statement).
-    A fair queue's events go round robin: without a cap, unlocked (claim_events_round_robin); under
+    A fair queue's events go round robin: without a cap, unlocked (claim_events, :fair); under
     the flow lock, with its per-key room (claim_events_fair, after the queue's expired leases were
     ended, as the reaper ends them: their events are pending again)."""
     queue = settings.name
@@ -186,7 +186,7 @@ def _claim_events(
         expired = len(ended)
         rows = db.rows("claim_events_fair", {**params, "claimed_at": fixed_at})
     else:
-        rows = db.rows("claim_events_round_robin" if settings.fair_shared else "claim_events", params)
+        rows = db.rows("claim_events", {**params, "fair": settings.fair_shared})
         # the expired leases it ended: of events it claimed, and of events that died of them
         expired = sum(1 for row in rows if row["lease_ended"]) + (rows[0]["died"] if rows else 0)
     _count_expired(queue, expired)
@@ -235,7 +235,7 @@ class LeaseStore(EngineStore):
         max_in_flight / rate_per_second / max_in_flight_per_key is claimed in one transaction under
         its flow lock, which every process takes: the room is counted and used there (flow_room).
         Any other queue's statements run alone: its ungrouped claim is one autocommit statement
-        (with fair_share, round robin: claim_events_round_robin), and a group claim opens a
+        (with fair_share, round robin across fairness keys), and a group claim opens a
         transaction of its own, only when the queue has group work. Those statements refuse a
         paused or limited queue themselves (and the plain one a fair queue), so a caller holding
         stale settings can claim nothing it should not.

@@ -1,0 +1,136 @@
+"""The erasure log (SPEC §12): erasures requested, read and looked up by keyed hash, and the steps
+their runner (scheduler/erasing.py) takes. The log holds hashes, never the erased values."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tickler.scheduler.store.base import EngineStore
+from tickler.scheduler.store.search import prefix_end
+
+
+@dataclass(frozen=True)
+class Selector:
+    """What an erasure erases, in clear: the events of this group, these keys or keys with this
+    prefix (any of them), in these queues (None: every queue)."""
+
+    group_key: str | None = None
+    item_keys: tuple[str, ...] | None = None
+    item_key_prefix: str | None = None
+    queues: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """One erasure as the log keeps it."""
+
+    id: int
+    status: str
+    requested_by: str
+    requested_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    reason: str
+    queues: tuple[str, ...] | None
+    open_events: int
+    finished_events: int
+    timeline_entries: int
+    archive_rows: int
+    note: str | None
+
+
+@dataclass(frozen=True)
+class Impact:
+    """What an erasure of one key would change, counted before it is asked."""
+
+    open_events: int
+    finished_events: int
+    timeline_entries: int
+
+
+def _erasure(row: Mapping[str, Any]) -> Erasure:
+    return Erasure(
+        id=row["id"],
+        status=row["status"],
+        requested_by=row["requested_by"],
+        requested_at=row["requested_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        reason=row["reason"],
+        queues=None if row["queues"] is None else tuple(row["queues"]),
+        open_events=row["open_events"],
+        finished_events=row["finished_events"],
+        timeline_entries=row["timeline_entries"],
+        archive_rows=row["archive_rows"],
+        note=row["note"],
+    )
+
+
+class ErasureStore(EngineStore):
+    def request(self, selector: Selector, *, reason: str, requested_by: str, hashes: Mapping[str, str]) -> Erasure:
+        """Log a pending erasure: `hashes` maps each selector value to its keyed hash (the log's)."""
+        keys = selector.item_keys
+        prefix = selector.item_key_prefix
+        [row] = self.rows(
+            "request_erasure",
+            {
+                "requested_by": requested_by,
+                "reason": reason,
+                "queues": None if selector.queues is None else sorted(set(selector.queues)),
+                "group_key_hash": None if selector.group_key is None else hashes[selector.group_key],
+                "item_key_hashes": None if keys is None else [hashes[key] for key in keys],
+                "item_key_prefix_hash": None if prefix is None else hashes[prefix],
+                "group_key": selector.group_key,
+                "item_keys": None if keys is None else list(keys),
+                "item_key_prefix": prefix,
+                "item_key_prefix_end": None if prefix is None else prefix_end(prefix),
+            },
+        )
+        return _erasure(row)
+
+    def get(self, erasure_id: int) -> Erasure | None:
+        rows = self.rows("get_erasure", {"id": erasure_id})
+        return _erasure(rows[0]) if rows else None
+
+    def by_hash(self, kind: str, value_hash: str) -> list[Erasure]:
+        """The erasures that erased the value with this keyed hash (`kind`: item_key or group_key)."""
+        return [_erasure(row) for row in self.rows("erasures_by_hash", {"kind": kind, "value_hash": value_hash})]
+
+    def recent(self, limit: int = 100) -> list[Erasure]:
+        return [_erasure(row) for row in self.rows("recent_erasures", {"limit": limit})]
+
+    def impact(self, queue: str, item_key: str) -> Impact:
+        """What erasing `item_key` of `queue` would change now (the dashboard's confirmation)."""
+        [row] = self.rows("erasure_impact", {"queue": queue, "item_key": item_key})
+        return Impact(
+            open_events=row["open_events"],
+            finished_events=row["events"] - row["open_events"],
+            timeline_entries=row["timeline_entries"],
+        )
+
+    def unfinished(self) -> list[int]:
+        return [row["id"] for row in self.rows("unfinished_erasures")]
+
+    # -- the runner's steps, each its own transaction -------------------------------------------
+
+    def now(self) -> datetime:
+        [row] = self.rows("database_now")
+        return row["now"]  # type: ignore[no-any-return]
+
+    def values(self, erasure_id: int, limit: int) -> list[str]:
+        return [row["value"] for row in self.rows("erasure_values", {"id": erasure_id, "limit": limit})]
+
+    def erase_batch(self, erasure_id: int, hashes: Mapping[str, str], limit: int) -> int:
+        [row] = self.rows("erase_batch", {"id": erasure_id, "hashes": json.dumps(dict(hashes)), "limit": limit})
+        return int(row["erased"])
+
+    def finish(self, erasure_id: int, since: datetime, note: str | None) -> bool:
+        [row] = self.rows("finish_erasure", {"id": erasure_id, "since": since, "note": note})
+        return bool(row["finished"])
+
+    def fail(self, erasure_id: int, note: str) -> None:
+        self.rows("fail_erasure", {"id": erasure_id, "note": note})
