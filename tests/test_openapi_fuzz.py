@@ -52,6 +52,18 @@ include-path = "/v1/queues/{{queue}}"
 include-method = "PUT"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429"]
 
+# A new token's queues must exist; a search's due_until must not be before its due_from.
+[[operations]]
+include-path = "/v1/tokens"
+include-method = "POST"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429"]
+[[operations]]
+include-path = "/v1/queues/{{queue}}/events"
+include-method = "GET"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429"]
+[[operations]]
+include-path = "/v1/queues/{{queue}}/export"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429"]
 # An erasure's queues must exist (400 names the unknown one), and its look-up takes exactly one
 # of item_key and group_key: rules of the data and of two parameters, which no schema states.
 [[operations]]

@@ -30,7 +30,7 @@ def test_queue_page_shows_priorities_and_the_largest_fair_share_backlogs(
     store.events.schedule_batch(plain, [NewEvent("p", {}, priority=-4)], actor="test")
     sign_in(page, live_server, admin_token, then="/ui/queues/tenants")
     backlog = page.locator("#fair-backlogs tbody tr")
-    assert backlog.all_inner_texts()[:3] == ["acme\t30", "tiny\t3", "none\t1"]
+    assert backlog.all_inner_texts()[:3] == ["acme\t30\t0", "tiny\t3\t0", "none\t1\t0"]  # none in groups
     headers = page.locator("table.events thead th").all_inner_texts()
     column = [h.strip().lower() for h in headers].index("priority")
     first = page.locator("table.events tbody tr").first.locator("td").nth(column)

@@ -22,6 +22,7 @@ from tickler.api import (
     docs,
     erasures,
     events,
+    export,
     leases,
     operations,
     ops,
@@ -100,6 +101,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     v1 = Blueprint("v1", __name__, url_prefix="/v1")
     v1.before_request(auth.require_token)
     v1.register_blueprint(events.bp)
+    v1.register_blueprint(export.bp)
     v1.register_blueprint(queues.bp)
     v1.register_blueprint(schedules.bp)
     v1.register_blueprint(leases.claims_bp)

@@ -26,6 +26,7 @@ def authenticate() -> Principal:
     principal = ext.principals.get(key, lambda: ext.store.tokens.authenticate(token))
     if principal is None:
         raise Unauthorized("The token is not valid.")
+    ext.token_use.used(key)
     g.principal = principal
     return principal
 

@@ -10,6 +10,7 @@ from flask import current_app, request
 
 from tickler.api.cache import TTLCache
 from tickler.api.jsonio import NotJSON, loads_strict
+from tickler.api.token_use import TokenUse
 from tickler.config import Settings
 from tickler.scheduler.errors import Invalid
 from tickler.scheduler.models import Principal, Queue
@@ -26,8 +27,10 @@ class Tickler:
     database_url: str
     principals: TTLCache[Principal] = field(init=False)
     queues: TTLCache[Queue] = field(init=False)
+    token_use: TokenUse = field(init=False)
 
     def __post_init__(self) -> None:
+        self.token_use = TokenUse(self.store.tokens)
         self.principals = TTLCache(self.settings.cache_seconds)
         self.queues = TTLCache(self.settings.cache_seconds)
 

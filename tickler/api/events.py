@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -227,13 +228,8 @@ def search(queue: str) -> Response:
     auth.visible_queue(queue)
     settings = context.tickler().settings
     args = SearchArgsSchema(max_limit=settings.max_page_size).load(context.query_args())
-    statuses = frozenset(args["status"].split(",")) if "status" in args else ALL_STATUSES
-    where = SearchFilter(
-        statuses=statuses,
-        group_key=args.get("group_key"),
-        item_key_prefix=args.get("item_key_prefix"),
-        priority=args.get("priority"),
-        fairness_key=args.get("fairness_key"),
+    where = search_filter(
+        args,
         limit=args["limit"] + 1,  # one more tells whether there is a next page
         after=decode_cursor(args["cursor"]) if "cursor" in args else None,
     )
@@ -241,6 +237,22 @@ def search(queue: str) -> Response:
     page, more = events[: args["limit"]], len(events) > args["limit"]
     next_cursor = encode_cursor(page[-1].schedule_on, page[-1].id) if more else None
     return jsonify({"events": [event_json(e) for e in page], "next_cursor": next_cursor})
+
+
+def search_filter(args: dict[str, Any], *, limit: int, after: tuple[datetime, int] | None = None) -> SearchFilter:
+    """The store's search filter of a search's loaded query string (SearchFiltersSchema)."""
+    return SearchFilter(
+        statuses=frozenset(args["status"].split(",")) if "status" in args else ALL_STATUSES,
+        group_key=args.get("group_key"),
+        item_key_prefix=args.get("item_key_prefix"),
+        priority=args.get("priority"),
+        fairness_key=args.get("fairness_key"),
+        due_from=args.get("due_from"),
+        due_until=args.get("due_until"),
+        descending=args.get("sort") == "-due",
+        limit=limit,
+        after=after,
+    )
 
 
 @bp.get("/<item_key:item_key>")

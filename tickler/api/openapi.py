@@ -168,6 +168,16 @@ TOKEN_LIST = {
 }
 
 
+def _export_operation() -> dict[str, Any]:
+    """The export answers CSV or JSON Lines, not a JSON document."""
+    operation = _op("Export every event a search matches, streamed", {}, query=events.ExportArgsSchema)
+    operation["responses"]["200"] = {
+        "description": "The events, one a line (JSON Lines) or one a row after a header row (CSV)",
+        "content": {"application/jsonl": {"schema": {"type": "string"}}, "text/csv": {"schema": {"type": "string"}}},
+    }
+    return operation
+
+
 def _operations() -> dict[str, dict[str, dict[str, Any]]]:
     """Every documented path with its operations, by method."""
     created_or_changed = {"201": ("Queue", "Created"), "200": ("Queue", "Changed")}
@@ -184,12 +194,13 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
                 body="ScheduleEvent",
             ),
             "get": _op(
-                "Search events, keyset-paginated by (schedule_on, id)",
+                "Search events, keyset-paginated by (schedule_on, id) or its reverse (sort=-due)",
                 {"200": "EventPage"},
                 may_lag=True,
                 query=events.SearchArgsSchema,
             ),
         },
+        "/v1/queues/{queue}/export": {"get": _export_operation()},
         "/v1/queues/{queue}/events/batch": {
             "post": _op(
                 "Schedule up to 10,000 events at once", {"200": "BatchResults", "413": "Too large"}, body="Batch"

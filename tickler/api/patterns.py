@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from tickler.scheduler import rules
-from tickler.scheduler.store.search import ALL_STATUSES
+from tickler.scheduler.states import SEARCH_STATUSES
 
 # Code points rules.check_key refuses: '/', whitespace, and categories Cc, Cf, Cs, Zl, Zp.
 KEY_FORBIDDEN: tuple[tuple[int, int], ...] = (
@@ -48,7 +48,7 @@ def _negated_class(forbidden: tuple[tuple[int, int], ...]) -> str:
 KEY_PATTERN = f"^{_negated_class(KEY_FORBIDDEN)}+$"
 TEXT_PATTERN = f"^{_negated_class(TEXT_FORBIDDEN)}*$"
 QUEUE_NAME_PATTERN = rules.QUEUE_NAME.pattern
-_STATUS = "(?:{})".format("|".join(sorted(ALL_STATUSES)))
+_STATUS = "(?:{})".format("|".join(sorted(SEARCH_STATUSES)))
 STATUSES_PATTERN = f"^{_STATUS}(?:,{_STATUS})*$"
 # A webhook URL: http(s), a host name (or IPv4 address), an optional port and path. Narrower than
 # what the validator accepts (IPv6 hosts, for one), never wider.

@@ -12,7 +12,7 @@ from tickler.scheduler import rules
 from tickler.scheduler.errors import Invalid
 from tickler.scheduler.models import Event, TimelineEntry
 from tickler.scheduler.rules import event_to_json
-from tickler.scheduler.states import ALL_STATUSES
+from tickler.scheduler.states import ALL_STATUSES, SEARCH_STATUSES
 
 if TYPE_CHECKING:  # the store (and SQLAlchemy) is imported when a subcommand runs, not to parse
     from tickler.scheduler.store import Store
@@ -50,9 +50,9 @@ def _priority(value: str) -> int:
 
 def _statuses(value: str) -> frozenset[str]:
     wanted = frozenset(value.split(","))
-    unknown = sorted(wanted - ALL_STATUSES)
+    unknown = sorted(wanted - SEARCH_STATUSES)
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown status {unknown[0]!r}; one of {', '.join(sorted(ALL_STATUSES))}")
+        raise argparse.ArgumentTypeError(f"unknown status {unknown[0]!r}; one of {', '.join(sorted(SEARCH_STATUSES))}")
     return wanted
 
 
@@ -62,11 +62,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     listing = actions.add_parser("list", help="a page of a queue's events, by due time")
     listing.add_argument("queue")
-    listing.add_argument("--status", type=_statuses, help="one status or a comma list (default: all)")
+    listing.add_argument(
+        "--status", type=_statuses, help="one status or a comma list (default: all); due = pending and due by now"
+    )
     listing.add_argument("--group", type=key, help="only this group_key")
     listing.add_argument("--prefix", type=key, help="only item_keys starting with this")
     listing.add_argument("--priority", type=_priority, help="only this priority (-100..100)")
     listing.add_argument("--fairness-key", type=key, help="only this fairness_key")
+    listing.add_argument("--due-from", type=_time, help="only events due at or after this RFC 3339 time")
+    listing.add_argument("--due-until", type=_time, help="only events due at or before this RFC 3339 time")
+    listing.add_argument(
+        "--sort",
+        choices=("due", "-due"),
+        default="due",
+        help="due: earliest due first (default); --sort=-due: latest first",
+    )
     listing.add_argument("--limit", type=_limit, default=50, help="events per page, 1..1000 (default 50)")
     listing.add_argument("--cursor", help="the next page (printed after a full page)")
 
@@ -118,6 +128,9 @@ def _list(store: Store, args: argparse.Namespace) -> int:
         item_key_prefix=args.prefix,
         priority=args.priority,
         fairness_key=args.fairness_key,
+        due_from=args.due_from,
+        due_until=args.due_until,
+        descending=args.sort == "-due",
         limit=args.limit + 1,
         after=decode_cursor(args.cursor) if args.cursor else None,
     )

@@ -12,6 +12,7 @@ started, and nothing else.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -159,11 +160,32 @@ def _start_and_run(
         threads=threads,
         web_processes=processes,
     )
+    warn_of_plain_cookies(settings, bound_host)
     now_serving()
     if processes > 1:
         others.release()
     server.run()
     return 0
+
+
+def beyond_loopback(host: str) -> bool:
+    """Whether a socket bound to `host` can be reached from other machines."""
+    try:
+        return not ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return True  # a name: it bound to whatever the name resolves to
+
+
+def warn_of_plain_cookies(settings: Settings, host: str) -> None:
+    """Once, at start: listening beyond this machine while the dashboard's session cookie may go
+    over plain HTTP. Behind a TLS proxy that is what TICKLER_SECURE_COOKIES=true is for."""
+    if beyond_loopback(host) and not settings.secure_cookies:
+        log.warning(
+            "dashboard cookies without Secure",
+            host=host,
+            detail="listening beyond this machine without TICKLER_SECURE_COOKIES=true: the dashboard's "
+            "session cookie is also sent over plain HTTP; serve it behind HTTPS and set TICKLER_SECURE_COOKIES=true",
+        )
 
 
 def _serve_web_process(

@@ -309,10 +309,23 @@ WHERE CAST(:names AS text[]) IS NULL OR name = ANY(CAST(:names AS text[]))
 ORDER BY name;
 
 -- name: create_token
--- Store a new token's hash.
-INSERT INTO tickler_token (principal, token_hash, is_admin, queues)
-VALUES (:principal, :token_hash, :is_admin, CAST(:queues AS text[]))
-RETURNING id, principal, is_admin, queues, created_on, revoked_on;
+-- Store a new token's hash. A request that sends an issue key issues one token per key: with a
+-- key already used, nothing is stored and no row returns (issued_token finds that token).
+INSERT INTO tickler_token (principal, token_hash, is_admin, queues, issue_key)
+VALUES (:principal, :token_hash, :is_admin, CAST(:queues AS text[]), :issue_key)
+ON CONFLICT (issue_key) WHERE issue_key IS NOT NULL DO NOTHING
+RETURNING id, principal, is_admin, queues, created_on, revoked_on, last_used_on;
+
+-- name: issued_token
+-- The token that a request with this issue key made.
+SELECT id, principal, is_admin, queues, created_on, revoked_on, last_used_on FROM tickler_token
+WHERE issue_key = :issue_key;
+
+-- name: token_used
+-- Record that a token was used now, unless another process did within the last minute (each
+-- process writes at most once a minute per token: api/token_use.py).
+UPDATE tickler_token SET last_used_on = now()
+WHERE token_hash = :token_hash AND (last_used_on IS NULL OR last_used_on < now() - interval '1 minute');
 
 -- name: find_token
 -- The principal behind a token hash, unless revoked.
@@ -748,7 +761,7 @@ SELECT * FROM tickler_queue WHERE delivery_mode = 'webhook' ORDER BY name;
 
 -- name: list_tokens
 -- Every token (never the token itself: only its hash is kept), newest first.
-SELECT id, principal, is_admin, queues, created_on, revoked_on FROM tickler_token ORDER BY id DESC;
+SELECT id, principal, is_admin, queues, created_on, revoked_on, last_used_on FROM tickler_token ORDER BY id DESC;
 
 -- name: revoke_token
 -- Revoke a token; returns it (no row: no such token). Every API process listening on
@@ -758,10 +771,10 @@ WITH revoked AS (
 UPDATE tickler_token AS t SET revoked_on = coalesce(t.revoked_on, now())
 FROM (SELECT id, revoked_on IS NULL AS live FROM tickler_token WHERE id = :id FOR UPDATE) AS was
 WHERE t.id = was.id
-RETURNING t.id, t.principal, t.is_admin, t.queues, t.created_on, t.revoked_on, t.token_hash, was.live
+RETURNING t.id, t.principal, t.is_admin, t.queues, t.created_on, t.revoked_on, t.last_used_on, t.token_hash, was.live
 ),
 dropped AS (SELECT pg_notify('tickler_cache', 'token:' || encode(token_hash, 'hex')) FROM revoked)
-SELECT id, principal, is_admin, queues, created_on, revoked_on, live AS newly_revoked
+SELECT id, principal, is_admin, queues, created_on, revoked_on, last_used_on, live AS newly_revoked
 FROM revoked CROSS JOIN (SELECT count(*) AS notified FROM dropped) AS d;
 
 -- name: set_trace_context

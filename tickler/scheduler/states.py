@@ -24,6 +24,10 @@ OPEN_STATUSES = frozenset({Status.PENDING, Status.IN_FLIGHT})
 # A finished event's `outcome` column (CHECK outcome_known) holds one of these.
 OUTCOMES = frozenset({Status.DELIVERED, Status.CANCELLED, Status.DEAD})
 ALL_STATUSES = OPEN_STATUSES | OUTCOMES
+# A search status beside the event statuses: pending events whose due time has come (the `due`
+# of a queue's counts). It narrows `pending`; asked for with `pending`, it adds nothing.
+DUE = "due"
+SEARCH_STATUSES = ALL_STATUSES | {DUE}
 
 
 class Action(StrEnum):

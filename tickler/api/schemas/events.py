@@ -24,7 +24,7 @@ from tickler.api.schemas.fields import (
 )
 from tickler.scheduler import rules
 from tickler.scheduler.models import NewEvent
-from tickler.scheduler.states import ALL_STATUSES, Scheduled, Status
+from tickler.scheduler.states import SEARCH_STATUSES, Scheduled, Status
 
 # JSON escapes that could put a NUL or a lone surrogate into a string (jsonb refuses both).
 RISKY_ESCAPE = re.compile(rb"\\u(0000|[dD][89a-fA-F])")
@@ -230,11 +230,18 @@ class CancelMatchingSchema(MatchingSchema):
     reason = Text(max_length=1000)
 
 
-class SearchArgsSchema(Schema):
-    """Query string of GET /v1/queues/{queue}/events."""
+# How a search orders its events: by due time (then id), earliest or latest first.
+SORTS = ("due", "-due")
+
+
+class SearchFiltersSchema(Schema):
+    """The filters and order of a search, shared by GET /v1/queues/{queue}/events and its export."""
 
     status = fields.String(
-        metadata={"description": "One status or several, comma-separated.", "pattern": patterns.STATUSES_PATTERN}
+        metadata={
+            "description": "One status or several, comma-separated; `due` = the pending events whose time has come.",
+            "pattern": patterns.STATUSES_PATTERN,
+        }
     )
     group_key = Key()
     item_key_prefix = Key()
@@ -243,6 +250,29 @@ class SearchArgsSchema(Schema):
         metadata={"description": "Only events of this priority."},
     )
     fairness_key = Key(metadata={"description": "Only events of this fairness key."})
+    due_from = RFC3339(metadata={"description": "Only events due at or after this time (RFC 3339 with offset)."})
+    due_until = RFC3339(metadata={"description": "Only events due at or before this time (RFC 3339 with offset)."})
+    sort = fields.String(
+        load_default="due",
+        validate=validate.OneOf(SORTS),
+        metadata={"description": "`due`: earliest due time first (the default); `-due`: latest first."},
+    )
+
+    @validates("status")
+    def _status(self, value: str, **kwargs: Any) -> None:
+        unknown = [s for s in value.split(",") if s not in SEARCH_STATUSES]
+        if unknown:
+            raise ValidationError(f"Unknown status {unknown[0]!r}; one of {', '.join(sorted(SEARCH_STATUSES))}.")
+
+    @validates_schema
+    def _due_range(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if "due_from" in data and "due_until" in data and data["due_from"] > data["due_until"]:
+            raise ValidationError("Must not be before due_from.", "due_until")
+
+
+class SearchArgsSchema(SearchFiltersSchema):
+    """Query string of GET /v1/queues/{queue}/events."""
+
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1))
     cursor = fields.String(
         validate=[validate.Length(min=1, max=2000), validate.Regexp(patterns.CURSOR_PATTERN)],
@@ -256,16 +286,31 @@ class SearchArgsSchema(Schema):
         super().__init__(**kwargs)
         self.max_limit = max_limit
 
-    @validates("status")
-    def _status(self, value: str, **kwargs: Any) -> None:
-        unknown = [s for s in value.split(",") if s not in ALL_STATUSES]
-        if unknown:
-            raise ValidationError(f"Unknown status {unknown[0]!r}; one of {', '.join(Status)}.")
-
     @validates("limit")
     def _limit(self, value: int, **kwargs: Any) -> None:
         if value > self.max_limit:
             raise ValidationError(f"Must be at most {self.max_limit}.")
+
+
+# The formats of an export: CSV (one row per event, `data` as JSON text) or JSON Lines.
+EXPORT_FORMATS = ("csv", "jsonl")
+# An export stops after this many events unless `limit` says otherwise (at most this).
+MAX_EXPORT_EVENTS = 10_000_000
+
+
+class ExportArgsSchema(SearchFiltersSchema):
+    """Query string of GET /v1/queues/{queue}/export: a search's filters, every matching event."""
+
+    format = fields.String(
+        load_default="jsonl",
+        validate=validate.OneOf(EXPORT_FORMATS),
+        metadata={"description": "`jsonl` (JSON Lines, one event a line; the default) or `csv`."},
+    )
+    limit = fields.Integer(
+        load_default=MAX_EXPORT_EVENTS,
+        validate=validate.Range(min=1, max=MAX_EXPORT_EVENTS),
+        metadata={"description": "Stop after this many events."},
+    )
 
 
 # -- answers ----------------------------------------------------------------------------------------

@@ -34,4 +34,8 @@ class TokenSchema(Schema):
     queues = fields.List(fields.String())
     created_on = fields.String()
     revoked_on = fields.String(allow_none=True)
+    last_used_at = fields.String(
+        allow_none=True,
+        metadata={"description": "When it was last used, to the minute (written at most once a minute); null: never."},
+    )
     token = fields.String(metadata={"description": "Only in the answer to POST: the one time it is shown."})

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask import Blueprint, flash, redirect, render_template, request, session, url_for
 from werkzeug.exceptions import Forbidden
 from werkzeug.wrappers import Response
 
@@ -27,6 +27,8 @@ DEFAULT_REASON = "cancelled from the dashboard"
 MAX_REASON = 500
 # A retry's delay, at most (the API's own bound is the event time rules').
 MAX_DELAY_SECONDS = 366 * 86_400
+# The session key of a refused retry's typed time (shown again by the key's page).
+RETRY_TYPED = "retry_typed"
 
 
 def install(bp: Blueprint) -> None:
@@ -69,6 +71,12 @@ def retry(queue: str, item_key: str) -> Response:
     if error:
         auth.visible_queue(queue)
         flash(f"Not retried: {error}", "error")
+        # The key's page shows the form again with what was typed, to correct it.
+        session[RETRY_TYPED] = {
+            "queue": queue,
+            "item_key": item_key,
+            **{name: request.form.get(name, "").strip()[:100] for name in ("delay_seconds", "schedule_on")},
+        }
         return back_to(queue)
     act = partial(context.store().events.retry, queue, item_key, **when)
     if "delay_seconds" in when:
@@ -80,6 +88,14 @@ def retry(queue: str, item_key: str) -> Response:
     return _on_key(
         queue, act, refused="Not retried", done=f"Retried {item_key}: it is {due}, with a fresh budget of attempts."
     )
+
+
+def retry_typed(queue: str, item_key: str) -> dict[str, str]:
+    """What a refused retry of this key typed (once: it is forgotten as it is read)."""
+    typed = session.pop(RETRY_TYPED, None)
+    if not isinstance(typed, dict) or typed.get("queue") != queue or typed.get("item_key") != item_key:
+        return {}
+    return {name: str(typed.get(name, "")) for name in ("delay_seconds", "schedule_on")}
 
 
 def _retry_time() -> tuple[dict[str, Any], str | None]:

@@ -12,14 +12,17 @@ from flask import url_for
 
 from tickler.api.ui.store import reads
 from tickler.scheduler import rules
-from tickler.scheduler.states import Status
+from tickler.scheduler.states import SEARCH_STATUSES, Status
 from tickler.scheduler.store import Matching
 from tickler.scheduler.store.search import SearchFilter
 from tickler.scheduler.store.ui_reads import Count
 
 # Counted up to this many before the confirmation says "more than".
 COUNT_CAP = 10_000
-FILTERS = ("status", "group_key", "item_key_prefix", "since")
+FILTERS = ("status", "group_key", "item_key_prefix", "fairness_key", "priority", "since", "until")
+# Filters of the page that the bulk statements cannot apply (they match by group and key prefix),
+# by their labels on the page.
+UNAPPLIABLE = {"fairness_key": "Fairness key", "priority": "Priority", "since": "Due from", "until": "Due until"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ def plan(queue: str, action: BulkAction, given: Mapping[str, str], *, count: boo
     filters = {name: given.get(name, "").strip() for name in FILTERS}
     filters = {name: value for name, value in filters.items() if value}
     back = url_for("ui.queue", queue=queue) + ("?" + urlencode(filters) if filters else "")
-    refused = _refusal(action, filters)
+    refused = refusal(action, filters)
     if refused:
         return BulkPlan(action, filters, None, None, refused, back)
     matching = Matching(filters.get("group_key"), filters.get("item_key_prefix"))
@@ -63,16 +66,19 @@ def plan(queue: str, action: BulkAction, given: Mapping[str, str], *, count: boo
     return BulkPlan(action, filters, matching, found, None, back)
 
 
-def _refusal(action: BulkAction, filters: dict[str, str]) -> str | None:
+def refusal(action: BulkAction, filters: dict[str, str]) -> str | None:
     """Why these filters cannot be applied as they are, or None."""
     status = filters.get("status")
+    if status and status not in SEARCH_STATUSES:
+        return f"Status: {status!r} is not a status; choose one from the list (or any) first."
     if status and status != action.status:
         return (
             f"{action.verb} changes {action.status} events only, and the page shows {status.replace('_', ' ')} "
             f"events: choose the status {action.status} (or any) first."
         )
-    if "since" in filters:
-        return "A bulk action cannot apply “Due from”: clear it, and narrow the events by group or key prefix."
+    for name, label in UNAPPLIABLE.items():
+        if name in filters:
+            return f"A bulk action cannot apply “{label}”: clear it, and narrow the events by group or key prefix."
     group_key, prefix = filters.get("group_key"), filters.get("item_key_prefix")
     if group_key is None and prefix is None:
         return "Filter by a group or a key prefix first: a bulk action over a whole queue is refused."

@@ -10,8 +10,9 @@ from markupsafe import Markup, escape
 from tickler.scheduler.store.forecast import Forecast
 
 WIDTH = 240
-HEIGHT = 44
-_TOP = 4  # room above the tallest bar
+HEIGHT = 44  # the bars' area
+_TOP = 10  # room above the tallest bar, for the scale's label
+_AXIS = 11  # below the bars: the time axis' labels
 
 
 def per_minute_chart(values: Sequence[int], *, now: datetime, label: str, kind: str) -> Markup:
@@ -38,10 +39,25 @@ def per_minute_chart(values: Sequence[int], *, now: datetime, label: str, kind: 
             f"<title>{escape(tip)}</title></rect>"
         )
     summary = f"{total} {label} in the last hour, peak {peak} a minute"
+    # The scale: a line at the tallest bar with its value, and the time axis' two ends.
+    scale = (
+        f'<line class="scale" x1="0" y1="{_TOP - 0.5}" x2="{WIDTH}" y2="{_TOP - 0.5}"/>'
+        f'<text class="scale-label" x="0" y="{_TOP - 2}">{peak}/min</text>'
+        if peak
+        else ""
+    )
+    axis = (
+        f'<text class="scale-label" x="0" y="{HEIGHT + _AXIS - 1}">60 min ago</text>'
+        f'<text class="scale-label" x="{WIDTH}" y="{HEIGHT + _AXIS - 1}" text-anchor="end">now</text>'
+    )
     return Markup(
-        f'<svg class="chart chart-{escape(kind)}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}"'
-        f' role="img" aria-label="{escape(summary)}"><title>{escape(summary)}</title>'
-        f'<line class="axis" x1="0" y1="{HEIGHT - 0.5}" x2="{WIDTH}" y2="{HEIGHT - 0.5}"/>' + "".join(bars) + "</svg>"
+        f'<svg class="chart chart-{escape(kind)}" viewBox="0 0 {WIDTH} {HEIGHT + _AXIS}" width="{WIDTH}"'
+        f' height="{HEIGHT + _AXIS}" role="img" aria-label="{escape(summary)}"><title>{escape(summary)}</title>'
+        f'<line class="axis" x1="0" y1="{HEIGHT - 0.5}" x2="{WIDTH}" y2="{HEIGHT - 0.5}"/>'
+        + scale
+        + "".join(bars)
+        + axis
+        + "</svg>"
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from flask import Blueprint
 
@@ -17,6 +18,17 @@ def when(value: datetime | None) -> str:
     if value is None:
         return "—"
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def in_zone(value: datetime | None, zone: str) -> str:
+    """A time as the clocks of `zone` (an IANA name) show it: 2026-11-23 09:00 WET."""
+    if value is None:
+        return "—"
+    try:
+        local = value.astimezone(ZoneInfo(zone))
+    except (ZoneInfoNotFoundError, ValueError):
+        return ""
+    return local.strftime("%Y-%m-%d %H:%M %Z")
 
 
 def age(seconds: float | None) -> str:
@@ -86,5 +98,6 @@ def describe_entry(entry: TimelineEntry) -> list[tuple[str, str]]:
 def install(bp: Blueprint) -> None:
     bp.add_app_template_filter(when, "when")
     bp.add_app_template_filter(age, "age")
+    bp.add_app_template_filter(in_zone, "in_zone")
     bp.add_app_template_filter(number, "number")
     bp.add_app_template_filter(pretty_json, "pretty_json")

@@ -7,18 +7,21 @@ from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from flask import Blueprint, redirect, render_template, request, url_for
+from werkzeug.exceptions import BadRequest
 from werkzeug.exceptions import NotFound as PageNotFound
 from werkzeug.wrappers import Response
 
-from tickler.api import auth, context
-from tickler.api.ui import charts, format
-from tickler.api.ui.search_form import PAGE_SIZE, SearchForm
+from tickler.api import auth, context, export
+from tickler.api.schemas.events import EXPORT_FORMATS
+from tickler.api.ui import actions, bulk, charts, format
+from tickler.api.ui.search_form import DEFAULT_SORT, PAGE_SIZE, SORTS, SearchForm
 from tickler.api.ui.session import signed_in
 from tickler.api.ui.store import dashboard, reads
 from tickler.scheduler import rules
 from tickler.scheduler.errors import NotFound
 from tickler.scheduler.models import Event, TimelineEntry
-from tickler.scheduler.store.search import ALL_STATUSES, encode_cursor
+from tickler.scheduler.states import SEARCH_STATUSES
+from tickler.scheduler.store.search import encode_cursor
 from tickler.scheduler.store.ui_reads import Count
 
 # The overview and a queue's page ask the browser to reload their figures this often (seconds).
@@ -35,6 +38,7 @@ def install(bp: Blueprint) -> None:
     bp.add_url_rule("/queues/<queue>", "queue", queue_page)
     bp.add_url_rule("/queues/<queue>/find", "find_key", find_key)
     bp.add_url_rule("/queues/<queue>/events/<item_key>", "key", key_page)
+    bp.add_url_rule("/queues/<queue>/export", "export", export_page)
     bp.add_url_rule("/leases", "leases", leases_page)
     # Last: any other path under /ui/ gets the dashboard's own 404 page, with its headers.
     bp.add_url_rule("/<path:unknown>", "unknown", unknown_page, methods=["GET", "POST"])
@@ -82,8 +86,10 @@ def queue_page(queue: str) -> tuple[str, int]:
         if not form.cursor and len(found) <= PAGE_SIZE:
             total = Count(len(found), capped=False)  # the whole result is on this page
         else:
-            total = reads().count(queue, replace(where, after=form.start()), cap=COUNT_CAP)
+            total = reads().count(queue, replace(where, after=None), cap=COUNT_CAP)
     status = 400 if form.errors else 200
+    actions = (bulk.RETRY, bulk.CANCEL)
+    refusals = {a.name: _bulk_refusal(form, a) for a in actions}
     return render_template(
         "ui/queue.html",
         queue=summary,
@@ -92,16 +98,40 @@ def queue_page(queue: str) -> tuple[str, int]:
         total=total,
         next_url=next_url,
         previous_url=previous_url,
-        statuses=sorted(ALL_STATUSES),
+        statuses=sorted(SEARCH_STATUSES),
+        sorts=SORTS,
+        default_sort=DEFAULT_SORT,
         can_pause=signed_in().is_admin,
         refresh=_refresh_seconds(),
         backlogs=backlogs,
         upcoming=context.store().forecasts.forecast(queue, hours=24, bucket="hour"),
+        bulk_actions=actions,
+        bulk_refusals=refusals,
     ), status
 
 
+def _bulk_refusal(form: SearchForm, action: bulk.BulkAction) -> str | None:
+    """Why the page does not offer a bulk action for its filters: never for filters it refused."""
+    if form.errors:
+        return "the filters above are not valid: correct them first."
+    return bulk.refusal(action, form.filters())
+
+
+def export_page(queue: str) -> Response:
+    """The queue page's events (its filters and order, every page) as a streamed CSV or JSON
+    Lines download: the API's export, for the signed-in principal."""
+    auth.visible_queue(queue)
+    form = SearchForm.from_args(request.args.to_dict())
+    if form.errors:
+        raise BadRequest("; ".join(f"{name}: {message}" for name, message in form.errors.items()))
+    fmt = request.args.get("format", "csv")
+    if fmt not in EXPORT_FORMATS:
+        raise BadRequest(f"format: one of {', '.join(EXPORT_FORMATS)}.")
+    return export.export_response(queue, {**form.export_args(), "format": fmt})
+
+
 def _page_url(queue: str, form: SearchForm, cursor: str | None) -> str:
-    args = {**form.filters(), **({"cursor": cursor} if cursor else {})}
+    args = {**form.query(), **({"cursor": cursor} if cursor else {})}
     base = url_for("ui.queue", queue=queue)
     return f"{base}?{urlencode(args)}" if args else base
 
@@ -111,9 +141,6 @@ def _previous_page(queue: str, form: SearchForm, first: Event) -> str:
     page remain before it, that is the first page."""
     where = replace(form.search_filter(), limit=PAGE_SIZE + 1)
     before = reads().page_before(queue, where, (first.schedule_on, first.id))
-    start = form.start()
-    if start is not None:
-        before = [e for e in before if (e.schedule_on, e.id) > start]
     if len(before) <= PAGE_SIZE:
         return _page_url(queue, form, None)
     after = before[PAGE_SIZE]
@@ -175,6 +202,7 @@ def key_page(queue: str, item_key: str) -> str:
         first_page=before is None,
         older_url=older_url,
         newest_url=url_for("ui.key", queue=queue, item_key=item_key),
+        retry_typed=actions.retry_typed(queue, item_key),
     )
 
 

@@ -4,6 +4,7 @@ buttons to pause, resume and delete one (queue access, as for the API's schedule
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
@@ -35,7 +36,12 @@ def schedules_page(queue: str) -> str:
     if len(listed) > PAGE_SIZE:
         next_url = url_for("ui.schedules", queue=queue, after=shown[-1].schedule_key)
     return render_template(
-        "ui/schedules.html", queue=found, schedules=shown, next_url=next_url, first_page=after is None
+        "ui/schedules.html",
+        queue=found,
+        schedules=shown,
+        next_url=next_url,
+        first_page=after is None,
+        now=datetime.now(UTC),
     )
 
 

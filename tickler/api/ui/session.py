@@ -20,8 +20,10 @@ from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
+from tickler.api import context
 from tickler.api.ui.store import dashboard, sessions
 from tickler.scheduler.models import Principal
+from tickler.scheduler.store.tokens import hash_token
 
 _secret_lock = threading.Lock()
 
@@ -106,7 +108,10 @@ def _principal_of_session() -> Principal | None:
         return None
     # Not cached: a sign-out in another process must end this session at once.
     live = sessions().find(session_id)
-    return live.principal if live is not None else None
+    if live is None:
+        return None
+    g.token_id = live.token_id
+    return live.principal
 
 
 def signed_in() -> Principal:
@@ -150,6 +155,7 @@ def sign_in_post() -> tuple[str, int] | Response:
     _end_session()
     admin = caller.name if caller.is_admin else None
     session_id, ends = sessions().start(token, lifetime_seconds=SESSION_SECONDS, admin=admin)
+    context.tickler().token_use.used(hash_token(token))  # a sign-in is a use of the token
     session.permanent = True
     session["sid"] = session_id
     session["ends"] = ends.timestamp()
@@ -160,6 +166,11 @@ def sign_in_post() -> tuple[str, int] | Response:
 def sign_out() -> Response:
     _end_session()
     return redirect(url_for("ui.sign_in"), code=303)
+
+
+def end_session() -> None:
+    """End this session on the server (its token was revoked, say): the next page is sign-in."""
+    _end_session()
 
 
 def _end_session() -> None:

@@ -62,23 +62,34 @@ def save_settings(queue: str) -> tuple[str, int] | Response:
         s.path: request.form[f"setting:{s.path}"] for s in shown if s.editable and f"setting:{s.path}" in request.form
     }
     body, errors = _body(shown, typed)
-    if not errors and body:
+    if body:
+        # Checked by the API's schema even when some field did not parse: every invalid field
+        # is reported at once, not the first alone.
         try:
             loaded = _schema.load(body)
-            ext = context.tickler()
-            ext.store.queues.put(queue, wanted_settings(loaded), ext.settings, actor=auth.principal().name)
-            ext.queues.forget(queue)
         except ValidationError as error:
-            errors = _flatten(error.messages)
-        except Invalid as error:
-            found_errors = error.extra.get("errors") or {}
-            errors = {path: " ".join(messages) for path, messages in found_errors.items()}
-            errors = errors or {"settings": error.detail}
+            errors = {**_flatten(error.messages), **errors}
+        else:
+            if not errors:
+                errors = _store(queue, loaded)
     if errors:
         found = auth.visible_queue(queue)
         return render_template("ui/settings.html", queue=found, settings=shown, errors=errors, typed=typed), 400
     flash(f"Saved the settings of {queue}." if body else "Nothing changed.", "ok")
     return redirect(url_for("ui.settings", queue=queue), code=303)
+
+
+def _store(queue: str, loaded: dict[str, Any]) -> dict[str, str]:
+    """Store the loaded settings; what the store refused, by field (nothing: stored)."""
+    ext = context.tickler()
+    try:
+        ext.store.queues.put(queue, wanted_settings(loaded), ext.settings)
+    except Invalid as error:
+        found_errors = error.extra.get("errors") or {}
+        errors = {path: " ".join(messages) for path, messages in found_errors.items()}
+        return errors or {"settings": error.detail}
+    ext.queues.forget(queue)
+    return {}
 
 
 def _settings(queue: str) -> list[Setting]:

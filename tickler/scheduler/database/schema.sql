@@ -335,10 +335,14 @@ CREATE TABLE tickler_token (
     queues text[] DEFAULT '{}'::text[] NOT NULL,
     created_on timestamp with time zone DEFAULT now() NOT NULL,
     revoked_on timestamp with time zone,
+    last_used_on timestamp with time zone,
+    issue_key text,
     CONSTRAINT tickler_token_principal_check CHECK (((char_length(principal) >= 1) AND (char_length(principal) <= 200))),
     CONSTRAINT tickler_token_pkey PRIMARY KEY (id),
     CONSTRAINT tickler_token_token_hash_key UNIQUE (token_hash)
 );
+
+CREATE UNIQUE INDEX tickler_token_issue_key ON tickler_token USING btree (issue_key) WHERE (issue_key IS NOT NULL);
 
 
 -- Dashboard sessions kept on the server: the SHA-256 of the cookie's session id and the hash of

@@ -1,4 +1,4 @@
-"""Keyset-paginated search of a queue's events, in (schedule_on, id) order.
+"""Keyset-paginated search of a queue's events, in (schedule_on, id) order (or its reverse).
 
 Filters are optional and combine, so this one query is built with SQLAlchemy Core (bound
 parameters only) rather than kept as a named query; `statement` writes it out as SQL text and
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from tickler.scheduler.rules import format_timestamp, parse_rfc3339
 from tickler.scheduler.states import ALL_STATUSES as ALL_STATUSES  # re-exported: older imports name it here
-from tickler.scheduler.states import OPEN_STATUSES, OUTCOMES, Status
+from tickler.scheduler.states import DUE, OPEN_STATUSES, OUTCOMES, Status
 
 _COLUMNS = (
     "id",
@@ -61,7 +61,11 @@ class SearchFilter:
     item_key_prefix: str | None = None
     priority: int | None = None
     fairness_key: str | None = None
+    due_from: datetime | None = None  # schedule_on >= due_from
+    due_until: datetime | None = None  # schedule_on <= due_until
+    descending: bool = False  # latest due time first
     limit: int = 100
+    # The cursor: the (schedule_on, id) the page follows, in the order the search runs.
     after: tuple[datetime, int] | None = None
 
 
@@ -121,12 +125,19 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
     query = sa.select(*table.c, status.label("status")).where(e.queue == queue)
     if open_part:
         query = query.where(e.dequeued_on.is_(None))
-        wanted = where.statuses & OPEN_STATUSES
+        wanted = where.statuses & (OPEN_STATUSES | {DUE})
+        if Status.PENDING in wanted:
+            wanted -= {DUE}
+        unleased = sa.not_(sa.func.coalesce(e.lease_expires_on > now, False))
         if wanted == {Status.PENDING}:
-            query = query.where(sa.not_(sa.func.coalesce(e.lease_expires_on > now, False)))
+            query = query.where(unleased)
         elif wanted == {Status.IN_FLIGHT}:
             leased = sa.select(lease.c.event_id).where(lease.c.queue == queue, lease.c.expires_on > now)
             query = query.where(e.id.in_(leased), e.lease_expires_on > now)
+        elif wanted == {DUE}:
+            query = query.where(unleased, e.schedule_on <= now)
+        elif wanted == {DUE, Status.IN_FLIGHT}:
+            query = query.where(sa.or_(sa.and_(unleased, e.schedule_on <= now), e.lease_expires_on > now))
     else:
         query = query.where(e.dequeued_on.is_not(None))
         wanted = where.statuses & OUTCOMES
@@ -143,9 +154,23 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
         end = prefix_end(where.item_key_prefix)
         if end is not None:
             query = query.where(e.item_key < sa.literal(end).collate("C"))
+    if where.due_from is not None:
+        query = query.where(e.schedule_on >= where.due_from)
+    if where.due_until is not None:
+        query = query.where(e.schedule_on <= where.due_until)
     if where.after is not None:
-        query = query.where(sa.tuple_(e.schedule_on, e.id) > sa.tuple_(*where.after))
-    return query.order_by(e.schedule_on, e.id).limit(where.limit)
+        position = sa.tuple_(e.schedule_on, e.id)
+        query = query.where(
+            position < sa.tuple_(*where.after) if where.descending else position > sa.tuple_(*where.after)
+        )
+    return query.order_by(*order(e, where.descending)).limit(where.limit)
+
+
+def order(columns: Any, descending: bool) -> tuple[sa.ColumnElement[Any], ...]:
+    """The search's order by `columns` (a table's or a subquery's): (schedule_on, id), or its reverse."""
+    if descending:
+        return columns.schedule_on.desc(), columns.id.desc()
+    return columns.schedule_on, columns.id
 
 
 def statement(query: sa.Select[Any], dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
@@ -164,11 +189,11 @@ def statement(query: sa.Select[Any], dialect: sa.Dialect) -> tuple[str, dict[str
 def build_query(queue: str, where: SearchFilter, now: datetime | None) -> sa.Select[Any]:
     clock: sa.ColumnElement[datetime] = sa.func.now() if now is None else sa.literal(now, sa.DateTime(timezone=True))
     parts = []
-    if where.statuses & OPEN_STATUSES:
+    if where.statuses & (OPEN_STATUSES | {DUE}):
         parts.append(_part(queue, where, clock, open_part=True))
     if where.statuses & OUTCOMES:
         parts.append(_part(queue, where, clock, open_part=False))
     if len(parts) == 1:
         return parts[0]
     union = sa.union_all(*(p.subquery().select() for p in parts)).subquery()
-    return sa.select(union).order_by(union.c.schedule_on, union.c.id).limit(where.limit)
+    return sa.select(union).order_by(*order(union.c, where.descending)).limit(where.limit)

@@ -31,6 +31,8 @@ class TokenInfo:
     queues: tuple[str, ...]
     created_on: datetime
     revoked_on: datetime | None
+    # When it was last used (to the minute: written at most once a minute); None: not yet.
+    last_used_on: datetime | None = None
 
 
 def described(info: TokenInfo) -> dict[str, Any]:
@@ -40,7 +42,13 @@ def described(info: TokenInfo) -> dict[str, Any]:
 
 def _info(row: Any) -> TokenInfo:
     return TokenInfo(
-        row["id"], row["principal"], row["is_admin"], tuple(row["queues"]), row["created_on"], row["revoked_on"]
+        row["id"],
+        row["principal"],
+        row["is_admin"],
+        tuple(row["queues"]),
+        row["created_on"],
+        row["revoked_on"],
+        row["last_used_on"],
     )
 
 
@@ -64,20 +72,39 @@ class TokenStore(EngineStore):
         is_admin: bool = False,
         actor: str = audit.SYSTEM_ACTOR,
     ) -> tuple[str, TokenInfo]:
-        """Create a token; return it (shown this once) and what is kept of it. The operations log
-        records it in the same transaction."""
+        """Create a token; return it (shown this once) and what is kept of it."""
+        token, info = self.issue_once(principal, queues=queues, is_admin=is_admin, issue_key=None, actor=actor)
+        assert token is not None  # without an issue key, a token is always made
+        return token, info
+
+    def issue_once(
+        self,
+        principal: str,
+        *,
+        queues: list[str] | tuple[str, ...] = (),
+        is_admin: bool = False,
+        issue_key: str | None,
+        actor: str = audit.SYSTEM_ACTOR,
+    ) -> tuple[str | None, TokenInfo]:
+        """Create a token, once per `issue_key`: the first request with a key gets the new token
+        and what is kept of it; a repeat gets None and the token that the first one made. The
+        operations log records a token made, in the same transaction."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         params = {
             "principal": principal,
             "token_hash": hash_token(token),
             "is_admin": is_admin,
             "queues": sorted(set(queues)),
+            "issue_key": issue_key,
         }
         with driver_connection(self.engine, driver_sql("create_token"), params) as conn:
-            [row] = run(conn, driver_sql("create_token"), params)
-            info = _info(row)
-            audit.OperationsLog.record(conn, actor=actor, action=audit.TOKEN_CREATED, after=described(info))
-        return token, info
+            rows = run(conn, driver_sql("create_token"), params)
+            if rows:
+                info = _info(rows[0])
+                audit.OperationsLog.record(conn, actor=actor, action=audit.TOKEN_CREATED, after=described(info))
+                return token, info
+        [row] = self.rows("issued_token", {"issue_key": issue_key})
+        return None, _info(row)
 
     def list(self) -> list[TokenInfo]:
         return [_info(row) for row in self.rows("list_tokens")]
@@ -100,6 +127,10 @@ class TokenStore(EngineStore):
                     after={**described(info), "revoked_on": info.revoked_on.isoformat() if info.revoked_on else None},
                 )
         return info
+
+    def mark_used(self, token_hash: bytes) -> None:
+        """Record that the token of this hash was used now (unless it was within the minute)."""
+        self.rows("token_used", {"token_hash": token_hash})
 
     def authenticate(self, token: str) -> Principal | None:
         rows = self.rows("find_token", {"token_hash": hash_token(token)})

@@ -8,16 +8,14 @@ a pooled connection (db.driver_rows).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 
 from tickler.scheduler.db import driver_rows
 from tickler.scheduler.models import Event, TimelineEntry
 from tickler.scheduler.sql import file_queries
-from tickler.scheduler.states import OPEN_STATUSES, OUTCOMES
 from tickler.scheduler.store import search
 from tickler.scheduler.store.base import EngineStore
 
@@ -42,11 +40,14 @@ class Count:
 
 @dataclass(frozen=True)
 class FairBacklogs:
-    """The fairness keys with the most due events, among the first `seen` due events."""
+    """The fairness keys with the most due events, among the first `seen` due events: ungrouped
+    ones in claim order and grouped ones by due time, each read bounded by the scan."""
 
     keys: list[tuple[str | None, int]]  # (fairness key or None for none, due events), largest first
     seen: int
     more: bool  # there are more due events than were looked at
+    # Of each listed key's due events, how many are in groups (claimed with their group).
+    grouped: dict[str | None, int] = field(default_factory=dict)
 
 
 class UIReads(EngineStore):
@@ -54,11 +55,15 @@ class UIReads(EngineStore):
         self, queue: str, *, keys: int = 10, scan: int = 100_000, now: datetime | None = None
     ) -> FairBacklogs:
         """The `keys` fairness keys with the largest due backlog among the queue's first `scan`
-        due events (a bounded read at any backlog)."""
+        due ungrouped events and first `scan` due grouped ones (bounded reads at any backlog)."""
         params = {"queue": queue, "keys": keys, "scan": scan, "now": now}
         rows = self.reads.read(lambda engine: driver_rows(engine, _sql("fair_backlogs"), params))
         seen = int(rows[0]["seen"]) if rows else 0
-        return FairBacklogs([(row["fairness_key"] or None, int(row["due"])) for row in rows], seen, seen >= scan)
+        grouped_seen = int(rows[0]["grouped_seen"]) if rows else 0
+        more = seen - grouped_seen >= scan or grouped_seen >= scan
+        listed = [(row["fairness_key"] or None, int(row["due"])) for row in rows]
+        grouped = {row["fairness_key"] or None: int(row["grouped"]) for row in rows if row["grouped"]}
+        return FairBacklogs(listed, seen, more, grouped)
 
     def timeline_page(self, queue: str, item_key: str, *, before: int | None, limit: int) -> TimelinePage:
         """At most `limit` timeline rows of a key older than row `before`, newest first."""
@@ -86,24 +91,9 @@ class UIReads(EngineStore):
     def page_before(
         self, queue: str, where: search.SearchFilter, before: tuple[datetime, int], *, now: datetime | None = None
     ) -> list[Event]:
-        """The `where.limit` events just before `before` in the search's (schedule_on, id) order,
-        newest first (the previous page, read backwards)."""
-        clock: sa.ColumnElement[datetime] = (
-            sa.func.now() if now is None else sa.literal(now, sa.DateTime(timezone=True))
-        )
-        unbounded = replace(where, after=None)
-        parts: list[sa.Select[Any]] = []
-        for open_part, statuses in ((True, OPEN_STATUSES), (False, OUTCOMES)):
-            if where.statuses & statuses:
-                part = search._part(queue, unbounded, clock, open_part=open_part)  # the same filters as the search
-                e = part.selected_columns
-                parts.append(
-                    part.where(sa.tuple_(e.schedule_on, e.id) < sa.tuple_(*before))
-                    .order_by(None)
-                    .order_by(e.schedule_on.desc(), e.id.desc())
-                )
-        union = sa.union_all(*(p.subquery().select() for p in parts)).subquery()
-        query = sa.select(union).order_by(union.c.schedule_on.desc(), union.c.id.desc()).limit(where.limit)
-        statement = search.statement(query, self.engine.dialect)
+        """The `where.limit` events just before `before` in the search's order, nearest first
+        (the previous page, read backwards)."""
+        backwards = replace(where, descending=not where.descending, after=before)
+        statement = search.statement(search.build_query(queue, backwards, now), self.engine.dialect)
         rows = self.reads.read(lambda engine: driver_rows(engine, *statement))
         return [Event.from_row(row) for row in rows]

@@ -15,12 +15,15 @@ WHERE e.queue = :queue AND e.item_key = :item_key
 ORDER BY e.id DESC NULLS FIRST, e.step DESC;
 
 -- name: fair_backlogs
--- The fairness keys of a queue with the largest due backlogs (SPEC §10), among its first :scan
--- due, unleased, ungrouped events in claim order (priority levels from the highest, the earlier
--- due time first in each): a bounded read whatever the backlog, which shows who holds the head of
+-- The fairness keys of a queue with the largest due backlogs (SPEC §10), counted over two bounded
+-- reads, each at most :scan events: the first due, unleased, ungrouped events in claim order
+-- (priority levels from the highest, the earlier due time first in each), and the first due,
+-- unleased events of groups by due time (a group is claimed as one unit, but each of its events
+-- counts for its own fairness key). Bounded whatever the backlog; it shows who holds the head of
 -- the queue. The levels are a skip scan of tickler_event_claimable_priority, one probe each, and
--- each level's rows a range of it, read only until :scan rows are in. `seen` is how many events
--- were looked at (= :scan: there are more).
+-- each level's rows a range of it, read only until :scan rows are in; the grouped events are a
+-- range of tickler_event_claimable_group. `seen` / `grouped_seen` is how many events each read
+-- looked at (= :scan: there are more).
 WITH RECURSIVE levels AS (
     (SELECT e.priority FROM tickler_event AS e
      WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.lease_id IS NULL AND e.group_key IS NULL
@@ -43,9 +46,22 @@ due AS (
     ) AS d
     WHERE l.priority IS NOT NULL
     LIMIT :scan
+),
+grouped AS (
+    SELECT e.fairness_key FROM tickler_event AS e
+    WHERE e.queue = :queue AND e.dequeued_on IS NULL AND e.group_key IS NOT NULL AND e.lease_id IS NULL
+      AND e.schedule_on <= coalesce(CAST(:now AS timestamptz), now())
+    ORDER BY e.schedule_on, e.id
+    LIMIT :scan
+),
+counted AS (
+    SELECT d.fairness_key, false AS in_group FROM due AS d
+    UNION ALL
+    SELECT g.fairness_key, true FROM grouped AS g
 )
-SELECT d.fairness_key, count(*) AS due, sum(count(*)) OVER () AS seen
-FROM due AS d
-GROUP BY d.fairness_key
-ORDER BY count(*) DESC, d.fairness_key
+SELECT c.fairness_key, count(*) AS due, count(*) FILTER (WHERE c.in_group) AS grouped,
+       sum(count(*)) OVER () AS seen, sum(count(*) FILTER (WHERE c.in_group)) OVER () AS grouped_seen
+FROM counted AS c
+GROUP BY c.fairness_key
+ORDER BY count(*) DESC, c.fairness_key
 LIMIT :keys;

@@ -29,6 +29,7 @@ def _id_hash(session_id: str) -> bytes:
 class LiveSession:
     principal: Principal
     expires_on: datetime
+    token_id: int | None = None  # the token the session was started with
 
 
 class SessionStore(EngineStore):
@@ -54,7 +55,7 @@ class SessionStore(EngineStore):
             return None
         row = rows[0]
         principal = Principal(name=row["principal"], is_admin=row["is_admin"], queues=frozenset(row["queues"]))
-        return LiveSession(principal, row["expires_on"])
+        return LiveSession(principal, row["expires_on"], row["token_id"])
 
     def end(self, session_id: str) -> None:
         driver_rows(self.engine, _sql("end_ui_session"), {"id_hash": _id_hash(session_id)})

@@ -9,7 +9,7 @@ RETURNING expires_on;
 
 -- name: ui_session_principal
 -- The principal of a live session: the session has not run out and its token is not revoked.
-SELECT t.principal, t.is_admin, t.queues, s.expires_on
+SELECT t.principal, t.is_admin, t.queues, s.expires_on, t.id AS token_id
 FROM tickler_ui_session AS s
 JOIN tickler_token AS t ON t.token_hash = s.token_hash
 WHERE s.id_hash = :id_hash AND s.expires_on > now() AND t.revoked_on IS NULL;
