@@ -121,6 +121,7 @@ def test_admins_issue_list_and_revoke_tokens(
     assert billing.schedule("emails", "invoice:1").enqueued_by == "billing-service"
     listed = {t.id: t for t in admin.list_tokens()}
     assert listed[issued.id].token is None and listed[issued.id].revoked_on is None  # never shown again
+    assert listed[issued.id].last_used_at is not None  # the schedule above used it
     revoked = admin.revoke_token(issued.id)
     assert revoked.revoked_on is not None and admin.revoke_token(issued.id).revoked_on == revoked.revoked_on
     with pytest.raises(Unauthorized):

@@ -232,7 +232,8 @@ def _strings(value: Any) -> list[str]:
 class Token:
     """An API token as admins see it (never the secret itself, except `token` in the answer to
     `create_token`: the one time it is shown). `name` is its principal; `queues` the queues it
-    may use (an admin token may use all); `revoked_on` is set once revoked."""
+    may use (an admin token may use all); `revoked_on` is set once revoked; `last_used_at`: when
+    it was last used, to the minute (None: never)."""
 
     id: int = wire(int)
     name: str = wire(str)
@@ -240,6 +241,7 @@ class Token:
     queues: list[str] = wire(_strings, missing=None)
     created_on: datetime | None = wire(_maybe_time, missing=None)
     revoked_on: datetime | None = wire(_maybe_time, missing=None)
+    last_used_at: datetime | None = wire(_maybe_time, missing=None)
     token: str | None = wire(missing=None, default=None)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
