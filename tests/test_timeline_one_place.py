@@ -15,11 +15,10 @@ import pytest
 
 from tests import pg
 from tests.previous_schedule import schedule_as_earlier_releases
-from tickler.config import Settings
 from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent, Queue
-from tickler.scheduler.store import QueueSettings, Store
+from tickler.scheduler.store import Store
 from tickler.scheduler.store.events import EventChanges
 from tickler.scheduler.store.schedules import ScheduleSpec
 from tickler.scheduler.store.search import Matching
@@ -315,8 +314,13 @@ def test_an_upgrade_keeps_the_timeline_and_its_writers_write_on(
     engine = create_engine(url, pool_size=2)
     try:
         store = Store(engine)
-        queue = store.queues.put("emails", QueueSettings(max_attempts=2, lease_seconds=30), Settings()).queue
         with psycopg.connect(libpq_url(url), autocommit=True) as raw:
+            # created as that release did (this one's also writes the operations log, 0076)
+            raw.execute(
+                "INSERT INTO tickler_queue (name, delivery_mode, lease_seconds, max_attempts, backoff_initial_seconds,"
+                " backoff_max_seconds, backoff_multiplier) VALUES ('emails', 'pull', 30, 2, 1, 60, 2)"
+            )
+            queue = store.queues.get("emails")
             enqueued = written(raw, lambda: store.events.schedule_batch(queue, [NewEvent("k", {"v": 1})], actor="app"))
             expect(enqueued, [("k", "enqueued", "app", {"max_attempts": 2})])
             before = raw.execute("SELECT * FROM tickler_timeline ORDER BY id").fetchall()
@@ -375,11 +379,14 @@ def test_only_the_one_function_of_the_migrated_database_inserts_into_the_timelin
     # rows go, it moves the delivered entries that are those rows into the table, ids kept.
     assert inserting == ["tickler_timeline_keep_entries", "tickler_timeline_write"]
     callers = sorted(name for name, body in bodies if "tickler_timeline_write(" in (body or ""))
-    # the write path's general step, the claim (its `lease_expired` entries), a change and a cancel by key
+    # the write path's general step, the claim (its `lease_expired` entries), a change and a cancel
+    # by key, and an erasure (the `erased` entry that ends each erased key's timeline)
     assert callers == [
         "tickler_cancel_event",
         "tickler_change_event",
         "tickler_claim_events",
         "tickler_end_expired_leases",
+        "tickler_erase_batch",
+        "tickler_erasure_finish",
         "tickler_schedule_events",
     ]
