@@ -4,6 +4,7 @@ and the request's validation."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -91,9 +92,11 @@ def subject_history(client: FlaskClient, token: str, admin_token: str) -> dict[s
 
 def dump(database_url: str) -> str:
     """pg_dump of the whole database (data and schema), as an operator would take it."""
-    import pgserver
-
-    pg_dump = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"
+    # The embedded server's pg_dump (16: it dumps a 15 too), found without importing pgserver,
+    # whose import warns where XDG_RUNTIME_DIR is unset.
+    spec = importlib.util.find_spec("pgserver")
+    assert spec is not None and spec.origin is not None
+    pg_dump = Path(spec.origin).parent / "pginstall" / "bin" / "pg_dump"
     done = subprocess.run([str(pg_dump), "--no-owner", libpq_url(database_url)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return done.stdout
