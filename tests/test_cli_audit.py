@@ -1,5 +1,6 @@
-"""`tickler audit` (the operations log for people and, with --json, for scripts) and the
-upcoming-load line of `tickler queues show`, run in-process against the test database."""
+"""`tickler audit` (the operations log for people and, with --json, for scripts), the
+upcoming-load line of `tickler queues show`, and `tickler events list` on a read replica, run
+in-process against the test database."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests import pg
 from tickler.cli import main
 from tickler.config import Settings
+from tickler.scheduler.db import create_engine
+from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.store import QueueSettings, Store
 
@@ -53,3 +57,37 @@ def test_queues_show_has_the_upcoming_load(
     store.events.schedule_batch(queue, events, actor="t")
     [line] = [line for line in cli("queues", "show", "jobs").splitlines() if line.startswith("next 24 h")]
     assert "2 pending falling due" in line and "1 later" in line
+
+
+def test_events_list_reads_the_replica_when_one_is_set(
+    cli: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+    store: Store,
+    make_queue: Callable[..., Queue],
+    admin_url: str,
+) -> None:
+    """TICKLER_READ_DATABASE_URL serves the command line's reads that may lag, as the API's: a
+    second database (a replica 0 s behind, by its own measure) holds another event than the primary."""
+    queue = make_queue("emails")
+    store.events.schedule_batch(queue, [NewEvent("on-the-primary", {})], actor="test")
+    replica_url = pg.create_database(admin_url, prefix="tickler_cli_replica")
+    try:
+        migrate(replica_url)
+        stand_in = create_engine(replica_url, pool_size=1)
+        try:
+            replica = Store(stand_in)
+            replica.events.schedule_batch(
+                replica.queues.put("emails", QueueSettings(), Settings()).queue,
+                [NewEvent("on-the-replica", {})],
+                actor="test",
+            )
+        finally:
+            stand_in.dispose()
+        monkeypatch.setenv("TICKLER_READ_DATABASE_URL", replica_url)
+        listed = json.loads(cli("events", "list", "emails", "--json"))
+        assert [event["item_key"] for event in listed["events"]] == ["on-the-replica"]
+        monkeypatch.delenv("TICKLER_READ_DATABASE_URL")
+        listed = json.loads(cli("events", "list", "emails", "--json"))
+        assert [event["item_key"] for event in listed["events"]] == ["on-the-primary"]
+    finally:
+        pg.drop_database(admin_url, replica_url)

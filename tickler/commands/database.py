@@ -40,13 +40,21 @@ def open_store(settings: Settings) -> tuple[Store, Callable[[], None]]:
 
     from tickler.scheduler.connect import existing_libpq_url
     from tickler.scheduler.db import create_engine
+    from tickler.scheduler.replica import read_engines
     from tickler.scheduler.store import Store
 
     url = existing_libpq_url(settings.database_url, settings.data_dir)
     with psycopg.connect(url, autocommit=True, connect_timeout=settings.connect_timeout) as conn:
         _check_migrated(conn)
     engine = create_engine(url, pool_size=1, connect_timeout=settings.connect_timeout)
-    return Store(engine), engine.dispose
+    # the reads that may lag (`events list`, timelines) on TICKLER_READ_DATABASE_URL, as the API's
+    reads = read_engines(engine, settings, pool_size=1)
+
+    def close() -> None:
+        reads.dispose()
+        engine.dispose()
+
+    return Store(engine, reads), close
 
 
 def open_reader(settings: Settings) -> psycopg.Connection:
