@@ -151,8 +151,8 @@ LANGUAGE sql AS $$
     SELECT * FROM tickler_claim_events(p_queue, p_worker, p_limit, p_lease_seconds, p_now, p_flow, false)
 $$;
 
--- Whether a group claim of this queue would find work now (p_flow false: and the queue is one
--- the fast path claims). A dispatcher serves groups and ungrouped events in turns (groups first
+-- Whether a group claim of this queue would find work now (p_flow false: and the queue is
+-- one claimed without the flow lock). A dispatcher serves groups and ungrouped events in turns (groups first
 -- every other round, so neither starves the other); the ungrouped claims (claim_events,
 -- claim_events_fair) return this answer with their rows, and the dispatcher runs a group
 -- claim only when the claim before it saw group work (scheduler/store/leases.py). That spares a
@@ -165,7 +165,7 @@ RETURNS boolean
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     -- due, unleased grouped events, or grouped events whose lease expired (a group claim takes
-    -- both); `p_flow` false: the fast path's question, which a paused or limited queue answers
+    -- both); `p_flow` false: the question of a claim without the flow lock, which a paused or limited queue answers
     -- "no" (such queues are claimed only under their flow lock, see flow_room).
     RETURN (EXISTS (
         SELECT 1 FROM tickler_event AS e
