@@ -4,9 +4,12 @@ handler, and a PostgreSQL restart in the middle of a drain. Nothing may be lost.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shlex
 import signal
+import socket
 import subprocess
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -20,6 +23,7 @@ from tests import pg
 from tests.helpers_wait import wait_until
 from tests.workers.spawn import handled, logs, start_worker, stop_workers
 from tickler.config import Settings
+from tickler.scheduler.connect import connect
 from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent
@@ -171,12 +175,17 @@ def pg_ctl(server: Any, *args: str) -> None:
 
 
 def restart(server: Any, mode: str) -> None:
-    """`pg_ctl stop -m <mode>`, then start with the options pgserver started it with (from
-    postmaster.opts: a unix socket only, never the machine's port 5432). After an immediate stop,
-    backends of the old postmaster may still hold its shared memory for a moment on a loaded
-    machine and the new postmaster then refuses to start: the start is tried until it works."""
+    """`pg_ctl stop -m <mode>`, then start again (see start)."""
     options = shlex.split((server.pgdata / "postmaster.opts").read_text())[1:]  # without the binary's path
     pg_ctl(server, "-m", mode, "stop")
+    start(server, options)
+
+
+def start(server: Any, options: list[str]) -> None:
+    """Start with the options pgserver started it with (from postmaster.opts: a unix socket only,
+    never the machine's port 5432). After an immediate stop, backends of the old postmaster may
+    still hold its shared memory for a moment on a loaded machine and the new postmaster then
+    refuses to start: the start is tried until it works."""
     failures: list[str] = []
 
     def started() -> bool:
@@ -192,6 +201,77 @@ def restart(server: Any, mode: str) -> None:
         return True
 
     wait_until(started, timeout=90, what=lambda: "; ".join(failures[-2:]))
+
+
+def test_a_process_starting_while_postgres_restarts_waits_for_it(own_server: Any) -> None:
+    """A worker or `tickler serve` started in the middle of a restart (a deploy, a failover) gets
+    "the database system is shutting down": it waits for the server to be back instead of exiting."""
+    url = str(own_server.get_uri())
+    options = shlex.split((own_server.pgdata / "postmaster.opts").read_text())[1:]
+    holder = psycopg.connect(url, autocommit=True)  # a smart shutdown waits for this session
+    pg_ctl(own_server, "-W", "-m", "smart", "stop")
+
+    def says_shutting_down() -> bool:
+        try:
+            psycopg.connect(url, connect_timeout=5).close()
+        except psycopg.OperationalError as error:
+            return "shutting down" in str(error)
+        return False
+
+    wait_until(says_shutting_down, timeout=30)
+    waiting = threading.Event()
+    log = logging.getLogger("tickler.database")
+    heard = WhenLogged(waiting)
+    log.addHandler(heard)
+    outcome: dict[str, Any] = {}
+
+    def connect_now() -> None:
+        try:
+            with connect(url, autocommit=True, connect_timeout=60) as conn:
+                outcome["answer"] = conn.execute("SELECT 42").fetchone()
+        except Exception as error:  # the assertion below shows it
+            outcome["error"] = error
+
+    thread = threading.Thread(target=connect_now)
+    try:
+        thread.start()
+        wait_until(waiting.is_set, timeout=30, what=lambda: str(outcome))
+        holder.close()  # the last session ends: the server stops, its socket goes away
+        wait_until(lambda: not (own_server.pgdata / "postmaster.pid").exists(), timeout=30)
+        start(own_server, options)
+        thread.join(timeout=60)
+    finally:
+        log.removeHandler(heard)
+    assert outcome == {"answer": (42,)}
+    assert "shutting down" in heard.messages[0]
+
+
+def test_a_server_that_refuses_from_the_first_try_fails_at_once() -> None:
+    """No waiting for a server that was never there (a wrong port): the mistake is said at once."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    heard = WhenLogged(threading.Event())
+    logging.getLogger("tickler.database").addHandler(heard)
+    try:
+        with pytest.raises(psycopg.OperationalError, match="refused"):
+            connect(f"postgresql://postgres@127.0.0.1:{port}/postgres", connect_timeout=60)
+    finally:
+        logging.getLogger("tickler.database").removeHandler(heard)
+    assert heard.messages == []
+
+
+class WhenLogged(logging.Handler):
+    """Keeps the messages logged, and sets `event` at the first."""
+
+    def __init__(self, event: threading.Event) -> None:
+        super().__init__(logging.DEBUG)
+        self.event = event
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+        self.event.set()
 
 
 @pytest.mark.slow

@@ -36,15 +36,13 @@ def _check_migrated(conn: psycopg.Connection) -> None:
 
 def open_store(settings: Settings) -> tuple[Store, Callable[[], None]]:
     """A store over the existing, migrated database, and a function that closes it."""
-    import psycopg
-
-    from tickler.scheduler.connect import existing_libpq_url
+    from tickler.scheduler.connect import connect, existing_libpq_url
     from tickler.scheduler.db import create_engine
     from tickler.scheduler.replica import read_engines
     from tickler.scheduler.store import Store
 
     url = existing_libpq_url(settings.database_url, settings.data_dir)
-    with psycopg.connect(url, autocommit=True, connect_timeout=settings.connect_timeout) as conn:
+    with connect(url, autocommit=True, connect_timeout=settings.connect_timeout) as conn:
         _check_migrated(conn)
     engine = create_engine(url, pool_size=1, connect_timeout=settings.connect_timeout)
     # the reads that may lag (`events list`, timelines) on TICKLER_READ_DATABASE_URL, as the API's
@@ -60,12 +58,10 @@ def open_store(settings: Settings) -> tuple[Store, Callable[[], None]]:
 def open_reader(settings: Settings) -> psycopg.Connection:
     """One plain psycopg connection (autocommit) to the existing, migrated database, for the
     read-only listings of scheduler/plain.py: no SQLAlchemy engine, no store."""
-    import psycopg
-
-    from tickler.scheduler.connect import existing_libpq_url
+    from tickler.scheduler.connect import connect, existing_libpq_url
 
     url = existing_libpq_url(settings.database_url, settings.data_dir)
-    conn = psycopg.connect(url, autocommit=True, application_name="tickler", connect_timeout=settings.connect_timeout)
+    conn = connect(url, autocommit=True, application_name="tickler", connect_timeout=settings.connect_timeout)
     try:
         _check_migrated(conn)
     except BaseException:

@@ -8,7 +8,9 @@ top of it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ EMBEDDED_DATABASE = "tickler"
 # How long a new connection may take (seconds; libpq's connect_timeout) unless the caller says:
 # Settings.connect_timeout (TICKLER_CONNECT_TIMEOUT) is what the service and the commands pass.
 DEFAULT_CONNECT_TIMEOUT = 10
+
+_log = logging.getLogger("tickler.database")
 
 _embedded_servers: dict[Path, Any] = {}
 _embedded_lock = threading.Lock()
@@ -43,6 +47,46 @@ def libpq_url(url: str) -> str:
     """The database as libpq's URL (plain psycopg takes it), whatever spelling it came in, every
     host of a list kept (config.database_url reads them all). ValueError for one it cannot read."""
     return parse_database_url(url).libpq_url()
+
+
+# What PostgreSQL answers while it starts, stops or replays WAL (SQLSTATE 57P03,
+# cannot_connect_now): the server is there and will take connections in a moment.
+_NOT_YET = (
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+    "the database system is not accepting connections",
+)
+
+
+def connect(url: str, *, connect_timeout: int = DEFAULT_CONNECT_TIMEOUT, **kwargs: Any) -> psycopg.Connection:
+    """psycopg.connect, riding out a server that is restarting.
+
+    A process started while PostgreSQL restarts (a deploy, a failover) would otherwise stop at
+    once with "the database system is shutting down". Once the server has said it is not ready,
+    every failure is retried, through the moment its socket is gone, for up to `connect_timeout`
+    seconds (10 when it is 0, libpq's "no limit"). A server that refuses from the first try (a
+    wrong port, a wrong password, no such database) raises at once: a mistake is said in a second.
+    """
+    deadline = time.monotonic() + (connect_timeout or DEFAULT_CONNECT_TIMEOUT)
+    pause = 0.1
+    restarting = False
+    while True:
+        try:
+            return psycopg.connect(url, connect_timeout=connect_timeout, **kwargs)
+        except psycopg.OperationalError as error:
+            restarting = restarting or any(reason in str(error) for reason in _NOT_YET)
+            if not restarting or time.monotonic() + pause > deadline:
+                raise
+            _log.warning("database_not_ready: %s; trying again in %.1f s", _reason(error), pause)
+        time.sleep(pause)  # the server is restarting; there is nothing to wait on but time
+        pause = min(pause * 2, 1.0)
+
+
+def _reason(error: Exception) -> str:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return first.rsplit(" failed: ", 1)[-1].removeprefix("FATAL:").strip()
 
 
 def start_embedded(data_dir: Path) -> str:
@@ -103,7 +147,7 @@ def _running(psutil: Any, pid: int) -> bool:
 
 
 def _ensure_database(admin_url: str, name: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=DEFAULT_CONNECT_TIMEOUT) as conn:
+    with connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         if exists:
             return

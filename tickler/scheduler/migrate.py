@@ -29,7 +29,7 @@ import psycopg
 
 # psycopg alone: `tickler queues list` checks the migrations before it reads, and importing
 # SQLAlchemy or structlog would be most of its start-up (the logger is taken when one is written).
-from tickler.scheduler.connect import DEFAULT_CONNECT_TIMEOUT, libpq_url
+from tickler.scheduler.connect import DEFAULT_CONNECT_TIMEOUT, connect, libpq_url
 
 
 def _log() -> Any:
@@ -202,7 +202,7 @@ def pending_migrations(
     `allow_newer`: migrations after this code's newest are no mismatch. An upgrade migrates
     first, while the previous release still serves (docs/deploy.md): migrations only add what the
     running code can ignore, so that code stays ready, and a rollback of the code alone works."""
-    with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=connect_timeout) as conn:
+    with connect(libpq_url(url), autocommit=True, connect_timeout=connect_timeout) as conn:
         return pending_on(conn, allow_newer=allow_newer)
 
 
@@ -299,7 +299,7 @@ def migrate(
     files = code_files() if through is None else []
     say = progress or (lambda line: None)
     applied_now: list[Step] = []
-    with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=connect_timeout) as conn:
+    with connect(libpq_url(url), autocommit=True, connect_timeout=connect_timeout) as conn:
         # The ledger first, which reading needs no privilege beyond the service's: a role with data
         # privileges only starts on a migrated database (the ledger's CREATE TABLE IF NOT EXISTS
         # below needs CREATE on the schema even when the tables are there).
