@@ -233,6 +233,7 @@ def test_an_erasure_run_again_changes_nothing_more(
         ({"group_key": "g", "queues": []}, "queues"),
         ({"group_key": "g", "reason": None}, "reason"),
         ({"group_key": "g", "reason": ""}, "reason"),
+        ({"group_key": "g", "reason": "   "}, "reason"),
         ({"group_key": "g", "colour": "red"}, "colour"),
         ({"item_keys": ["a/b"]}, "item_keys[0]"),
     ],
@@ -244,6 +245,15 @@ def test_a_bad_request_is_refused_naming_the_field_and_logs_nothing(
     if sent["reason"] is None:
         del sent["reason"]
     assert_problem(client.post("/v1/erasures", json=sent, headers=auth(admin_token)), 400, field)
+    assert raw.execute("SELECT count(*) FROM tickler_erasure").fetchone() == (0,)
+
+
+def test_a_query_parameter_on_the_request_is_refused_and_logs_nothing(
+    client: FlaskClient, emails: str, admin_token: str, raw: psycopg.Connection[Any]
+) -> None:
+    sent = {"group_key": "g", "reason": "subject asked"}
+    refused = client.post("/v1/erasures?dry_run=1", json=sent, headers=auth(admin_token))
+    assert_problem(refused, 400, "dry_run")
     assert raw.execute("SELECT count(*) FROM tickler_erasure").fetchone() == (0,)
 
 

@@ -138,7 +138,24 @@ def test_a_call_that_changes_nothing_or_fails_leaves_no_entry(
     assert client.put("/v1/queues/jobs", json={}, headers=auth(admin_token)).status_code == 200
     assert client.post("/v1/queues/nope/pause", headers=auth(admin_token)).status_code == 404
     assert client.put("/v1/queues/jobs", json={"max_attempts": 0}, headers=auth(admin_token)).status_code == 400
+    assert client.post("/v1/queues/jobs/resume", headers=auth(admin_token)).status_code == 200  # it runs
+    # a pause with anything in its body or query string is refused before it pauses
+    for bad in ({"data": b"{bad json"}, {"json": {"paused": "maybe"}}, {"query_string": {"foo": "1"}}):
+        refused = client.post("/v1/queues/jobs/pause", headers=auth(admin_token), **bad)
+        assert refused.status_code == 400, bad
+        assert refused.mimetype == "application/problem+json"
+    assert client.get("/v1/queues/jobs", headers=auth(admin_token)).json["paused"] is False
     assert entries_after(raw, start) == []
+
+
+def test_pausing_a_paused_queue_changes_nothing_and_logs_nothing(
+    client: FlaskClient, admin_token: str, raw: psycopg.Connection[Any]
+) -> None:
+    _create(client, admin_token)
+    start = last_id(raw)
+    for _ in range(2):
+        assert client.post("/v1/queues/jobs/pause", headers=auth(admin_token)).json["paused"] is True
+    assert [e["action"] for e in entries_after(raw, start)] == ["queue.paused"]
 
 
 def test_no_entry_holds_a_secret_or_a_token(

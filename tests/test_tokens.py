@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
+import psycopg
 from flask.testing import FlaskClient
 
 from tests.conftest import auth
@@ -45,18 +47,26 @@ def test_only_admins_manage_tokens_and_bad_input_is_400(client: FlaskClient, adm
     assert len(client.get("/v1/tokens", headers=auth(admin_token)).json["tokens"]) == 2  # nothing written
 
 
-def test_cli_lists_and_revokes(store: object, database_url: str, admin_token: str) -> None:
+def test_cli_lists_and_revokes(
+    store: object, database_url: str, admin_token: str, raw: psycopg.Connection[Any]
+) -> None:
     env = {"TICKLER_DATABASE_URL": database_url, "TICKLER_LOG_LEVEL": "WARNING", "PATH": "/usr/bin:/bin"}
 
     def tickler(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "tickler.cli", *args], env=env, capture_output=True, text=True)
 
     header, line = tickler("token", "list").stdout.splitlines()
-    assert header.split() == ["ID", "NAME", "SCOPE", "CREATED", "STATE"]
-    token_id, name, scope, *_, state = line.split()
-    assert (name, scope, state) == ("ops", "admin", "active")
+    assert header.split() == ["ID", "NAME", "SCOPE", "CREATED", "LAST", "USED", "STATE"]
+    token_id, name, scope, *_, last_used, state = line.split()
+    assert (name, scope, last_used, state) == ("ops", "admin", "never", "active")
     [listed] = json.loads(tickler("token", "list", "--json").stdout)
     assert listed["id"] == int(token_id) and listed["admin"] is True and listed["revoked_on"] is None
+    assert listed["last_used_at"] is None
+    # what the API records of a use (api/token_use.py, at most once a minute), the list shows
+    raw.execute("UPDATE tickler_token SET last_used_on = '2026-11-27 08:30:00+00' WHERE id = %s", [int(token_id)])
+    [listed] = json.loads(tickler("token", "list", "--json").stdout)
+    assert listed["last_used_at"] == "2026-11-27T08:30:00Z"
+    assert "2026-11-27 08:30" in tickler("token", "list").stdout
     revoked = tickler("token", "revoke", token_id)
     assert revoked.returncode == 0 and "revoked" in revoked.stdout
     again = tickler("token", "revoke", token_id)

@@ -100,6 +100,7 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     app.url_map.converters["item_key"] = events.ItemKeyConverter
     v1 = Blueprint("v1", __name__, url_prefix="/v1")
     v1.before_request(auth.require_token)
+    v1.before_request(context.refuse_query_args)
     v1.register_blueprint(events.bp)
     v1.register_blueprint(export.bp)
     v1.register_blueprint(queues.bp)

@@ -3,8 +3,9 @@ query string. Who the caller is and what it may see: api.auth."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import current_app, request
 
@@ -74,6 +75,28 @@ def json_body() -> dict[str, Any]:
     if not isinstance(body, dict):
         raise Invalid("The body must be a JSON object.", errors={"body": ["Must be a JSON object."]})
     return body
+
+
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+def takes_query_args(view: View) -> View:
+    """Marks a write view that reads query parameters itself (with a schema that refuses the
+    unknown ones); every other write view refuses any (refuse_query_args)."""
+    view.takes_query_args = True  # type: ignore[attr-defined]
+    return view
+
+
+def refuse_query_args() -> None:
+    """before_request of /v1: unknown fields are errors (SPEC), in the query string too. Reads
+    validate their own parameters; a write that takes none answers 400 naming each one given,
+    before it changes anything."""
+    if request.method in ("GET", "HEAD", "OPTIONS") or not request.args:
+        return
+    view = current_app.view_functions.get(request.endpoint or "")
+    if view is None or getattr(view, "takes_query_args", False):
+        return
+    raise Invalid("This call takes no query parameters.", errors={name: ["Unknown field."] for name in request.args})
 
 
 def query_args() -> dict[str, str]:

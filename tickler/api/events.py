@@ -280,6 +280,7 @@ def change_event(queue: str, item_key: str) -> Response:
 
 
 @bp.delete("/<item_key:item_key>")
+@context.takes_query_args
 def cancel_event(queue: str, item_key: str) -> Response:
     auth.visible_queue(queue)
     args = _cancel_args_schema.load(context.query_args())

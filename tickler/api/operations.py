@@ -10,7 +10,7 @@ from flask import Blueprint, Response, jsonify, request
 from tickler.api import auth, context
 from tickler.api.events import on_matching
 from tickler.api.render import etag, event_json, queue_json
-from tickler.api.schemas.operations import DeleteQueueArgsSchema, RetryMatchingSchema, RetrySchema
+from tickler.api.schemas.operations import DeleteQueueArgsSchema, NoFieldsSchema, RetryMatchingSchema, RetrySchema
 from tickler.scheduler.errors import NotFound
 from tickler.scheduler.rules import check_queue_name
 
@@ -21,6 +21,7 @@ bp = Blueprint("operations", __name__, url_prefix="/queues/<queue>")
 _retry_schema = RetrySchema()
 _retry_matching_schema = RetryMatchingSchema()
 _delete_args_schema = DeleteQueueArgsSchema()
+_no_fields_schema = NoFieldsSchema()
 
 
 def _optional_body() -> dict[str, Any]:
@@ -61,6 +62,7 @@ def _admin_queue(queue: str) -> None:
 
 def _set_paused(queue: str, paused: bool) -> Response:
     _admin_queue(queue)
+    _no_fields_schema.load(_optional_body())  # a body with anything in it is a mistake: 400, nothing changed
     queues = context.store().queues
     actor = auth.principal().name
     changed = queues.pause(queue, actor=actor) if paused else queues.resume(queue, actor=actor)
@@ -80,6 +82,7 @@ def resume(queue: str) -> Response:
 
 
 @bp.delete("")
+@context.takes_query_args
 def delete_queue(queue: str) -> Response:
     _admin_queue(queue)
     args = _delete_args_schema.load(context.query_args())

@@ -29,7 +29,7 @@ def _item_key(value: str) -> str:
 
 
 def _reason(value: str) -> str:
-    problem = rules.check_text(value, 1000) if value else "Give a reason."
+    problem = rules.check_text(value, 1000) if value.strip() else "Give a reason (not empty, not only spaces)."
     if problem:
         raise argparse.ArgumentTypeError(problem)
     return value

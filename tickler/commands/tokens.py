@@ -89,6 +89,8 @@ def _list(settings: Settings, args: argparse.Namespace) -> int:
                     "queues": list(info.queues),
                     "created_on": info.created_on.isoformat().replace("+00:00", "Z"),
                     "revoked_on": info.revoked_on.isoformat().replace("+00:00", "Z") if info.revoked_on else None,
+                    # as the API's last_used_at: updated at most once a minute per process
+                    "last_used_at": info.last_used_on.isoformat().replace("+00:00", "Z") if info.last_used_on else None,
                 }
                 for info in tokens
             ]
@@ -100,11 +102,12 @@ def _list(settings: Settings, args: argparse.Namespace) -> int:
             info.principal,
             "admin" if info.is_admin else ",".join(info.queues) or "(no queues)",
             info.created_on,
+            f"{info.last_used_on:%Y-%m-%d %H:%M}" if info.last_used_on else "never",
             f"revoked {info.revoked_on:%Y-%m-%d %H:%M:%S}" if info.revoked_on else "active",
         )
         for info in tokens
     ]
-    print_table(("ID", "NAME", "SCOPE", "CREATED", "STATE"), rows)
+    print_table(("ID", "NAME", "SCOPE", "CREATED", "LAST USED", "STATE"), rows)
     return 0
 
 

@@ -40,7 +40,7 @@ class RequestErasureSchema(Schema):
     reason = Text(
         required=True,
         max_length=1000,
-        validate=validate.Length(min=1),
+        validate=validate.Regexp(r".*\S", error="Give a reason (not empty, not only spaces)."),
         metadata={"description": "Why (kept in the erasure log; never put the erased values here)."},
     )
 

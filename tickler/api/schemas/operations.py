@@ -19,6 +19,10 @@ class RetriedCountSchema(Schema):
     retried = fields.Integer(required=True)
 
 
+class NoFieldsSchema(Schema):
+    """The body of a call that takes none (pause, resume): empty, or an empty JSON object."""
+
+
 class DeleteQueueArgsSchema(Schema):
     """Query string of DELETE /v1/queues/{queue}."""
 

@@ -128,13 +128,16 @@ class QueueOperations(EngineStore):
         return self._set_paused(name, False, actor)
 
     def _set_paused(self, name: str, paused: bool, actor: str) -> Queue:
-        """Each call is an entry of the operations log, with the state it found and left."""
+        """A call that changes the state is an entry of the operations log, with the state it found
+        and left; pausing a paused queue (or resuming a running one) changes nothing and logs nothing."""
         params = {"name": name, "paused": paused}
         with driver_connection(self.engine, driver_sql("set_queue_paused"), params) as conn:
             found = run(conn, driver_sql("get_queue_for_update"), {"name": name})
             if not found:
                 raise NotFound(f"No queue named {name!r}.")
             [row] = run(conn, driver_sql("set_queue_paused"), params)
+            if found[0]["paused"] == paused:
+                return Queue.from_row(row)
             audit.OperationsLog.record(
                 conn,
                 actor=actor,
