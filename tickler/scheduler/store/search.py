@@ -1,10 +1,16 @@
-"""Keyset-paginated search of a queue's events, in (schedule_on, id) order (or its reverse).
+"""Keyset-paginated search of a queue's events, in (schedule_on, id) order or (changed_on, id)
+order (or their reverse).
 
 Filters are optional and combine, so this one query is built with SQLAlchemy Core (bound
 parameters only) rather than kept as a named query; `statement` writes it out as SQL text and
 parameters, which run as a named query runs (sql.run, on a pooled connection). Open events
 (tickler_event) and finished ones (tickler_event_history, by day) live in different tables; each
 part is read through its own index and the two are merged.
+
+By last change: no index holds changed_on (one on the open events would cost every claim its HOT
+update), so the open part is a bounded top-N sort of the matching open events; a finished event's
+last change is its finish, so the finished part sorts by dequeued_on, the history's partition key
+(a cursor prunes the days it is past).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tickler.scheduler.models import Event
 from tickler.scheduler.rules import format_timestamp, parse_rfc3339
 from tickler.scheduler.states import ALL_STATUSES as ALL_STATUSES  # re-exported: older imports name it here
 from tickler.scheduler.states import DUE, OPEN_STATUSES, OUTCOMES, Status
@@ -44,7 +51,7 @@ _COLUMNS = (
     "priority",
     "fairness_key",
 )
-event = sa.table("tickler_event", *(sa.column(name) for name in _COLUMNS))
+event = sa.table("tickler_event", *(sa.column(name) for name in (*_COLUMNS, "changed_on")))
 finished_event = sa.table("tickler_event_history", *(sa.column(name) for name in _COLUMNS))
 # The live leases (migration 0060): in-flight events are found here, no index of events reads a lease.
 lease = sa.table("tickler_lease", sa.column("event_id"), sa.column("queue"), sa.column("expires_on"))
@@ -63,10 +70,31 @@ class SearchFilter:
     fairness_key: str | None = None
     due_from: datetime | None = None  # schedule_on >= due_from
     due_until: datetime | None = None  # schedule_on <= due_until
-    descending: bool = False  # latest due time first
+    descending: bool = False  # latest first
+    by_change: bool = False  # by changed_on (when each event last changed), not schedule_on
     limit: int = 100
-    # The cursor: the (schedule_on, id) the page follows, in the order the search runs.
+    # The cursor: the (schedule_on or changed_on, id) the page follows, in the order the search runs.
     after: tuple[datetime, int] | None = None
+
+    def position(self, event: Event) -> tuple[datetime, int]:
+        """Where `event` stands in this search's order (what a cursor after it holds)."""
+        when = event.changed_on if self.by_change else event.schedule_on
+        assert when is not None  # Event.from_row always gives changed_on
+        return when, event.id
+
+    def cursor_after(self, event: Event) -> str:
+        return encode_cursor(*self.position(event))
+
+
+# The orders a search takes, by the API's `sort` values.
+SORTS = ("due", "-due", "changed", "-changed")
+
+
+def sort_order(sort: str) -> dict[str, bool]:
+    """SearchFilter's order fields for one of SORTS."""
+    if sort not in SORTS:
+        raise ValueError(f"not an order: one of {', '.join(SORTS)}")
+    return {"descending": sort.startswith("-"), "by_change": sort.lstrip("-") == "changed"}
 
 
 def encode_cursor(schedule_on: datetime, event_id: int) -> str:
@@ -122,7 +150,9 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
     table = event if open_part else finished_event
     e = table.c
     status = sa.func.tickler_status(e.outcome, e.lease_expires_on, now)
-    query = sa.select(*table.c, status.label("status")).where(e.queue == queue)
+    changed = e.changed_on if open_part else e.dequeued_on  # a finished event last changed when it finished
+    columns = [c for c in table.c if c.name != "changed_on"]
+    query = sa.select(*columns, changed.label("changed_on"), status.label("status")).where(e.queue == queue)
     if open_part:
         query = query.where(e.dequeued_on.is_(None))
         wanted = where.statuses & (OPEN_STATUSES | {DUE})
@@ -158,19 +188,22 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
         query = query.where(e.schedule_on >= where.due_from)
     if where.due_until is not None:
         query = query.where(e.schedule_on <= where.due_until)
+    key = changed if where.by_change else e.schedule_on
     if where.after is not None:
-        position = sa.tuple_(e.schedule_on, e.id)
+        position = sa.tuple_(key, e.id)
         query = query.where(
             position < sa.tuple_(*where.after) if where.descending else position > sa.tuple_(*where.after)
         )
-    return query.order_by(*order(e, where.descending)).limit(where.limit)
+    return query.order_by(*_order(key, e.id, where.descending)).limit(where.limit)
 
 
-def order(columns: Any, descending: bool) -> tuple[sa.ColumnElement[Any], ...]:
-    """The search's order by `columns` (a table's or a subquery's): (schedule_on, id), or its reverse."""
-    if descending:
-        return columns.schedule_on.desc(), columns.id.desc()
-    return columns.schedule_on, columns.id
+def _order(key: Any, event_id: Any, descending: bool) -> tuple[sa.ColumnElement[Any], ...]:
+    return (key.desc(), event_id.desc()) if descending else (key, event_id)
+
+
+def order(columns: Any, where: SearchFilter) -> tuple[sa.ColumnElement[Any], ...]:
+    """The search's order by `columns` (a subquery's): (schedule_on or changed_on, id), or its reverse."""
+    return _order(columns.changed_on if where.by_change else columns.schedule_on, columns.id, where.descending)
 
 
 def statement(query: sa.Select[Any], dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
@@ -196,4 +229,4 @@ def build_query(queue: str, where: SearchFilter, now: datetime | None) -> sa.Sel
     if len(parts) == 1:
         return parts[0]
     union = sa.union_all(*(p.subquery().select() for p in parts)).subquery()
-    return sa.select(union).order_by(*order(union.c, where.descending)).limit(where.limit)
+    return sa.select(union).order_by(*order(union.c, where)).limit(where.limit)
