@@ -155,7 +155,17 @@ def _list(store: Store, args: argparse.Namespace) -> int:
         ]
         for e in page
     ]
-    headers = ["ID", "ITEM_KEY", "GROUP", "PRIORITY", "STATUS", "SCHEDULE_ON (UTC)", "CHANGED_ON (UTC)", "REDELIVERIES/MAX", "LAST_ERROR"]
+    headers = [
+        "ID",
+        "ITEM_KEY",
+        "GROUP",
+        "PRIORITY",
+        "STATUS",
+        "SCHEDULE_ON (UTC)",
+        "CHANGED_ON (UTC)",
+        "REDELIVERIES/MAX",
+        "LAST_ERROR",
+    ]
     print_table(headers, rows)
     if cursor:
         print(f"more: --cursor {cursor}")

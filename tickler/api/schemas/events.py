@@ -341,7 +341,9 @@ class EventSchema(Schema):
     version = fields.Integer()
     priority = fields.Integer()
     fairness_key = fields.String(allow_none=True)
-    changed_on = RFC3339(metadata={"description": "When the event last changed (`version` went up); a finished event's finish."})
+    changed_on = RFC3339(
+        metadata={"description": "When the event last changed (`version` went up); a finished event's finish."}
+    )
 
 
 class ScheduledEventSchema(EventSchema):

@@ -1,0 +1,165 @@
+"""When each event last changed (`changed_on`): it moves with every change, as the timeline does,
+and searches sort by it both ways, across open and finished events, through the API, the
+command line, the export and the dashboard."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+
+from tests.conftest import auth
+from tests.helpers import assert_problem, key_url, schedule
+from tickler.scheduler.rules import parse_rfc3339
+from tickler.scheduler.store import Store
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+def _event(client: FlaskClient, token: str, item_key: str) -> dict[str, Any]:
+    body: dict[str, Any] = client.get(key_url(item_key), headers=auth(token)).get_json()
+    return body
+
+
+def _latest_entry(client: FlaskClient, token: str, item_key: str) -> dict[str, Any]:
+    entries: list[dict[str, Any]] = client.get(key_url(item_key, suffix="/timeline"), headers=auth(token)).get_json()[
+        "entries"
+    ]
+    return entries[-1]
+
+
+def test_changed_on_follows_every_change_of_an_event(client: FlaskClient, admin_token: str, emails: str) -> None:
+    steps: list[tuple[str, str, datetime]] = []
+
+    def step(name: str) -> None:
+        event, entry = _event(client, admin_token, "walk"), _latest_entry(client, admin_token, "walk")
+        changed = parse_rfc3339(event["changed_on"])
+        if steps:
+            assert changed > steps[-1][2], f"{name}: changed_on did not move"
+        assert event["changed_on"] == entry["at"], name  # the change wrote this entry at the same time
+        steps.append((name, entry["action"], changed))
+
+    assert schedule(client, admin_token, "walk", delay_seconds=3600).status_code == 202
+    step("schedule")
+    moved = client.patch(key_url("walk"), json={"delay_seconds": 0}, headers=auth(admin_token))
+    assert (
+        moved.status_code == 200 and moved.get_json()["changed_on"] == _event(client, admin_token, "walk")["changed_on"]
+    )
+    step("reschedule")
+
+    def claim() -> str:
+        claimed = client.post(
+            "/v1/queues/emails/claims", json={"worker": "w", "limit": 1}, headers=auth(admin_token)
+        ).get_json()
+        [lease] = claimed["leases"]
+        return str(lease["lease_id"])
+
+    lease = claim()
+    step("claim")
+    nacked = client.post(
+        f"/v1/leases/{lease}/nack", json={"error": "boom", "retry_in_seconds": 0}, headers=auth(admin_token)
+    )
+    assert nacked.status_code == 200
+    step("nack")
+    lease = claim()
+    step("claim again")
+    assert client.post(f"/v1/leases/{lease}/ack", headers=auth(admin_token)).status_code == 200
+    step("ack")
+    finished = _event(client, admin_token, "walk")
+    assert finished["status"] == "delivered" and finished["changed_on"] == finished["dequeued_on"]
+    assert [action for _, action, _ in steps] == [
+        "enqueued",
+        "rescheduled",
+        "claimed",
+        "failed",
+        "claimed",
+        "delivered",
+    ]
+
+
+@pytest.fixture
+def changed_in_order(client: FlaskClient, admin_token: str, emails: str) -> list[str]:
+    """Five events of `emails`, written together, then changed one after another: the keys from
+    the least to the most recently changed (`e` never changed; `a` and `c` finished)."""
+    later = (NOW + timedelta(hours=1)).isoformat()
+    batch: list[dict[str, Any]] = [{"item_key": k, "data": {}, "schedule_on": later} for k in ("a", "b", "d", "e")]
+    batch.append({"item_key": "c", "data": {}, "schedule_on": (NOW - timedelta(hours=1)).isoformat()})
+    assert (
+        client.post("/v1/queues/emails/events/batch", json={"events": batch}, headers=auth(admin_token)).status_code
+        == 200
+    )
+    assert client.patch(key_url("b"), json={"data": {"n": 1}}, headers=auth(admin_token)).status_code == 200
+    assert client.delete(key_url("a"), headers=auth(admin_token)).status_code == 200
+    [lease] = client.post(
+        "/v1/queues/emails/claims", json={"worker": "w", "limit": 1}, headers=auth(admin_token)
+    ).get_json()["leases"]
+    assert client.post(f"/v1/leases/{lease['lease_id']}/ack", headers=auth(admin_token)).status_code == 200
+    assert client.patch(key_url("d"), json={"delay_seconds": 60}, headers=auth(admin_token)).status_code == 200
+    return ["e", "b", "a", "c", "d"]
+
+
+def _pages(client: FlaskClient, token: str, **query: Any) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    query["limit"] = 2
+    while True:
+        page = client.get("/v1/queues/emails/events", query_string=query, headers=auth(token)).get_json()
+        seen += page["events"]
+        if page["next_cursor"] is None:
+            return seen
+        query["cursor"] = page["next_cursor"]
+
+
+def test_the_api_sorts_by_last_change_both_ways_across_open_and_finished_events(
+    client: FlaskClient, admin_token: str, changed_in_order: list[str]
+) -> None:
+    oldest_first = _pages(client, admin_token, sort="changed")
+    assert [e["item_key"] for e in oldest_first] == changed_in_order
+    times = [e["changed_on"] for e in oldest_first]
+    assert times == sorted(times)
+    assert {e["item_key"]: e["status"] for e in oldest_first}["c"] == "delivered"
+    newest_first = _pages(client, admin_token, sort="-changed")
+    assert [e["item_key"] for e in newest_first] == changed_in_order[::-1]
+    finished = _pages(client, admin_token, sort="-changed", status="delivered,cancelled")
+    assert [e["item_key"] for e in finished] == ["c", "a"]
+    bad = client.get("/v1/queues/emails/events?sort=change", headers=auth(admin_token))
+    assert "-changed" in assert_problem(bad, 400, "sort")["errors"]["sort"][0]
+
+
+def test_the_export_and_the_cli_sort_by_last_change(
+    client: FlaskClient, admin_token: str, store: Store, changed_in_order: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    exported = client.get("/v1/queues/emails/export?sort=-changed", headers=auth(admin_token)).get_data(as_text=True)
+    assert [json.loads(line)["item_key"] for line in exported.splitlines()] == changed_in_order[::-1]
+    csv_head = client.get("/v1/queues/emails/export?format=csv", headers=auth(admin_token)).get_data(as_text=True)
+    assert "changed_on" in csv_head.splitlines()[0].split(",")
+
+    from tickler.cli import _parser
+    from tickler.commands import events as events_command
+
+    def listed(*args: str) -> list[str]:
+        capsys.readouterr()  # the requests' log lines above
+        events_command.run(store, _parser().parse_args(["events", "list", "emails", *args, "--json"]))
+        return [e["item_key"] for e in json.loads(capsys.readouterr().out)["events"]]
+
+    assert listed("--sort=-changed", "--limit", "2") == changed_in_order[::-1][:2]
+    assert listed("--sort", "changed") == changed_in_order
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["events", "list", "emails", "--sort", "change"])
+
+
+def test_the_migration_backfills_open_events_from_their_latest_entry(
+    store: Store, raw: psycopg.Connection[Any], client: FlaskClient, admin_token: str, changed_in_order: list[str]
+) -> None:
+    """What migration 0079 computes for rows that have no changed_on yet is what the writers set."""
+    expected = dict(raw.execute("SELECT item_key, changed_on FROM tickler_event").fetchall())
+    backfill = raw.execute(
+        """SELECT e.item_key, greatest(e.enqueued_on, e.claimed_on, e.dequeued_on,
+                   (SELECT max(t.at) FROM tickler_timeline AS t
+                    WHERE t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id))
+           FROM tickler_event AS e"""
+    ).fetchall()
+    assert dict(backfill) == expected and set(expected) == {"b", "d", "e"}
