@@ -785,3 +785,12 @@ SET traceparent = t.traceparent, tracestate = t.tracestate
 FROM unnest(CAST(:ids AS bigint[]), CAST(:traceparents AS text[]), CAST(:tracestates AS text[]))
      AS t (id, traceparent, tracestate)
 WHERE e.id = t.id AND e.dequeued_on IS NULL;
+
+-- name: history_days
+-- The bounds of history's day partitions: a search by last change reads history a day at a time
+-- (scheduler/store/search.py).
+SELECT DISTINCT v.bound
+FROM tickler_history_partition AS p
+CROSS JOIN LATERAL (VALUES (p.day_from), (p.day_to)) AS v (bound)
+WHERE p.parent = 'tickler_event_history' AND p.day_table IS NULL AND v.bound IS NOT NULL
+ORDER BY v.bound
