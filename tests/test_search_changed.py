@@ -10,7 +10,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
@@ -154,20 +153,6 @@ def test_the_export_and_the_cli_sort_by_last_change(
     assert listed("--sort", "changed") == changed_in_order
     with pytest.raises(SystemExit):
         _parser().parse_args(["events", "list", "emails", "--sort", "change"])
-
-
-def test_the_migration_backfills_open_events_from_their_latest_entry(
-    store: Store, raw: psycopg.Connection[Any], client: FlaskClient, admin_token: str, changed_in_order: list[str]
-) -> None:
-    """What migration 0079 computes for rows that have no changed_on yet is what the writers set."""
-    expected = dict(raw.execute("SELECT item_key, changed_on FROM tickler_event").fetchall())
-    backfill = raw.execute(
-        """SELECT e.item_key, greatest(e.enqueued_on, e.claimed_on, e.dequeued_on,
-                   (SELECT max(t.at) FROM tickler_timeline AS t
-                    WHERE t.queue = e.queue AND t.item_key = e.item_key AND t.event_id = e.id))
-           FROM tickler_event AS e"""
-    ).fetchall()
-    assert dict(backfill) == expected and set(expected) == {"b", "d", "e"}
 
 
 def test_history_read_a_window_at_a_time_finds_what_one_sort_finds(
