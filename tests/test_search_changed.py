@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -179,3 +181,54 @@ def test_history_read_a_window_at_a_time_finds_what_one_sort_finds(
                 pages[n] += [e.id for e in found]
                 cursors[n] = where.position(found[-1]) if found else cursors[n]
         assert pages[0] == pages[1] and len(pages[0]) == (24 if statuses == search.ALL_STATUSES else 16), sort
+
+
+def test_replace_debounce_release_expiry_and_cancel_move_changed_on(
+    store: Store, make_queue: Callable[..., Queue]
+) -> None:
+    """Each at its own (injected) time: the event's changed_on is that time, and its latest entry's."""
+    queue = make_queue("emails")
+    t0 = NOW - timedelta(hours=1)
+    at = [t0 + timedelta(minutes=n) for n in range(8)]
+
+    def check(key: str, when: datetime) -> None:
+        event = store.events.get("emails", key)
+        assert (event.changed_on, store.events.timeline("emails", key)[-1].at) == (when, when), key
+
+    store.events.schedule_batch(queue, [NewEvent(f"k{i}", {}, schedule_on=t0) for i in range(4)], actor="a", now=at[0])
+    check("k3", at[0])
+    store.events.schedule_batch(
+        queue, [NewEvent("k0", {"v": 2}, schedule_on=t0)], actor="a", on_conflict="replace", now=at[1]
+    )
+    check("k0", at[1])
+    store.events.schedule_batch(
+        queue, [NewEvent("k1", {}, schedule_on=t0)], actor="a", on_conflict="debounce", now=at[2]
+    )
+    check("k1", at[2])
+    leases = {
+        lease.events[0].item_key: lease
+        for lease in store.leases.claim(queue, worker="w", limit=4, lease_seconds=90, now=at[3])
+    }
+    assert sorted(leases) == ["k0", "k1", "k2", "k3"]
+    check("k2", at[3])
+    store.leases.release([leases["k0"].lease_id], actor="w", now=at[4])
+    check("k0", at[4])
+    store.leases.expire(queue="emails", now=at[5])  # k1..k3: their leases ran out (at[4] + 30 s)
+    check("k1", at[5])
+    store.events.cancel("emails", "k0", actor="a", now=at[6])
+    check("k0", at[6])
+    assert store.events.get("emails", "k0").dequeued_on == at[6]
+
+
+def test_every_statement_that_bumps_version_sets_changed_on() -> None:
+    """changed_on moves wherever version does: each `version = e.version + 1` of the code files and
+    named queries is followed by its changed_on (a new statement that forgets it fails here)."""
+    root = Path(__file__).resolve().parent.parent / "tickler" / "scheduler"
+    for path in sorted(root.rglob("*.sql")):
+        if path.name == "schema.sql":
+            continue
+        text = path.read_text()
+        for found in re.finditer(r"version = e\.version \+ 1", text):
+            assert re.match(r",\s*changed_on = ", text[found.end() :]), (
+                f"{path.name}: {text[found.start() - 200 : found.end()]}"
+            )
