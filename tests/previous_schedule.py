@@ -4,8 +4,10 @@ tests that write into a database of an earlier release before they upgrade it.""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -68,3 +70,36 @@ def schedule_as_earlier_releases(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(engine, statements[statement], {**args, "events": json.dumps(events)}, tuples=tuples)
 
     monkeypatch.setattr(store_base, "driver_rows", rows)
+    without_changed_on_until_0079(monkeypatch)
+
+
+# This release's statements that write or read tickler_event.changed_on (migration 0079), as an
+# earlier schema takes them: without it (a search reads enqueued_on in its place).
+_CHANGED_ON = (
+    (re.compile(r",\s*changed_on = (clock\.now|v_now|\$10)"), ""),
+    (re.compile(r", version, changed_on\)"), ", version)"),
+    (re.compile(r"r\.version \+ 1,\s*clock\.now\n"), "r.version + 1\n"),
+    (re.compile(r"\btickler_event\.changed_on\b"), "tickler_event.enqueued_on"),
+)
+
+
+def without_changed_on_until_0079(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Statements that name changed_on, sent to a database that has no such column yet, go
+    without it (a test that fills an earlier release's database with this release's store)."""
+    real = psycopg.Cursor.execute
+
+    def execute(cursor: psycopg.Cursor[Any], query: Any, params: Any = None, **options: Any) -> Any:
+        if isinstance(query, str) and "changed_on" in query and not query.lstrip().startswith(("ALTER", "COMMENT")):
+            with cursor.connection.cursor() as probe:
+                real(
+                    probe,
+                    "SELECT to_regclass('tickler_event') IS NULL OR EXISTS (SELECT 1 FROM pg_attribute"
+                    " WHERE attrelid = 'tickler_event'::regclass AND attname = 'changed_on')",
+                )
+                found = probe.fetchone()
+            if found is not None and not found[0]:
+                for pattern, replacement in _CHANGED_ON:
+                    query = pattern.sub(replacement, query)
+        return real(cursor, query, params, **options)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)

@@ -170,6 +170,20 @@ def test_search_follows_next_cursor_across_pages(tickler: Client) -> None:
     assert tickler.search_page("emails", item_key_prefix="zzz").next_cursor is None
 
 
+def test_search_sorts_by_last_change(tickler: Client) -> None:
+    for key in ("a", "b", "c"):
+        tickler.schedule("emails", key, delay=60)
+    tickler.reschedule("emails", "a", delay=120)  # now the latest change
+    newest = list(tickler.search("emails", sort="-changed", page_size=2))
+    assert [e.item_key for e in newest] == ["a", "c", "b"]
+    latest, before = newest[0].changed_on, newest[1].changed_on
+    assert latest is not None and before is not None and latest > before
+    assert [e.item_key for e in tickler.search("emails", sort="changed")] == ["b", "c", "a"]
+    with pytest.raises(ValidationError) as caught:
+        list(tickler.search("emails", sort="newest"))
+    assert "sort" in caught.value.errors
+
+
 def test_search_validation_is_per_field(tickler: Client) -> None:
     with pytest.raises(ValidationError) as caught:
         list(tickler.search("emails", status="lost"))

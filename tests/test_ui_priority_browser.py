@@ -1,6 +1,6 @@
 """Priority and fair share on the dashboard (SPEC §10), in a real browser (headless Chromium):
 each event's priority in the queue's list and on its key's page, and for a fair-share queue the
-fairness keys with the largest due backlog."""
+fairness keys with the largest due backlog; and the list's order by last change."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.ui_browser import browser, dialogs, needs_chromium, page, sign_in
 from tickler.scheduler.models import NewEvent, Queue
-from tickler.scheduler.store import Store
+from tickler.scheduler.store import EventChanges, Store
 
 pytestmark = needs_chromium
 __all__ = ["browser", "dialogs", "page"]  # fixtures
@@ -41,3 +41,19 @@ def test_queue_page_shows_priorities_and_the_largest_fair_share_backlogs(
     page.goto(f"{live_server}/ui/queues/plain")
     assert page.locator("#fair-backlogs").count() == 0  # not a fair-share queue
     assert page.locator("table.events td.priority").all_inner_texts() == ["-4"]
+
+
+def test_queue_page_orders_events_by_last_change(
+    page: Any, live_server: str, admin_token: str, store: Store, make_queue: Callable[..., Queue]
+) -> None:
+    queue = make_queue("changes")
+    store.events.schedule_batch(queue, [NewEvent(f"e{i}", {}, delay_seconds=60 * i) for i in range(3)], actor="test")
+    store.events.change("changes", "e0", EventChanges(data={"again": True}), actor="test")  # the latest change
+    sign_in(page, live_server, admin_token, then="/ui/queues/changes")
+    keys = page.locator("table.events tbody tr td:first-child")
+    assert keys.all_inner_texts() == ["e2", "e1", "e0"]  # opens by due time, latest first
+    page.select_option("select[name=sort]", "-changed")
+    page.get_by_role("button", name="Search").click()
+    page.wait_for_url("**sort=-changed**")
+    assert keys.all_inner_texts() == ["e0", "e2", "e1"]  # newest change first (e1, e2: one write; by id)
+    assert page.locator("select[name=sort]").input_value() == "-changed"

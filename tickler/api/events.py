@@ -31,7 +31,7 @@ from tickler.scheduler.models import NewEvent
 from tickler.scheduler.states import ALL_STATUSES, Scheduled
 from tickler.scheduler.store import EventChanges, Matching, SearchFilter
 from tickler.scheduler.store.events import UNSET
-from tickler.scheduler.store.search import decode_cursor, encode_cursor
+from tickler.scheduler.store.search import decode_cursor, sort_order
 from tickler.scheduler.tracing import TraceContext
 
 bp = Blueprint("events", __name__, url_prefix="/queues/<queue>/events")
@@ -235,7 +235,7 @@ def search(queue: str) -> Response:
     )
     events = context.store().events.search(queue, where)
     page, more = events[: args["limit"]], len(events) > args["limit"]
-    next_cursor = encode_cursor(page[-1].schedule_on, page[-1].id) if more else None
+    next_cursor = where.cursor_after(page[-1]) if more else None
     return jsonify({"events": [event_json(e) for e in page], "next_cursor": next_cursor})
 
 
@@ -249,7 +249,7 @@ def search_filter(args: dict[str, Any], *, limit: int, after: tuple[datetime, in
         fairness_key=args.get("fairness_key"),
         due_from=args.get("due_from"),
         due_until=args.get("due_until"),
-        descending=args.get("sort") == "-due",
+        **sort_order(args.get("sort", "due")),
         limit=limit,
         after=after,
     )

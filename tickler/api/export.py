@@ -48,6 +48,7 @@ CSV_COLUMNS = (
     "max_attempts",
     "last_error",
     "version",
+    "changed_on",
     "data",
 )
 MEDIA_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/jsonl; charset=utf-8"}
@@ -83,7 +84,7 @@ def matching_events(store: Store, queue: str, where: SearchFilter, limit: int) -
         left -= len(page)
         if len(page) < where.limit:
             return
-        where = replace(where, after=(page[-1].schedule_on, page[-1].id))
+        where = replace(where, after=where.position(page[-1]))
 
 
 def _jsonl_lines(events: Iterator[Event]) -> Iterator[str]:

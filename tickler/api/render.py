@@ -37,6 +37,7 @@ def event_json(event: Event, **extra: Any) -> dict[str, Any]:
         "version": event.version,
         "priority": event.priority,
         "fairness_key": event.fairness_key,
+        "changed_on": format_timestamp(event.changed_on),
     }
     body.update(extra)
     return body

@@ -60,7 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     events = subparsers.add_parser("events", help="search events, show one and its timeline, retry or cancel")
     actions = events.add_subparsers(dest="action", required=True)
 
-    listing = actions.add_parser("list", help="a page of a queue's events, by due time")
+    listing = actions.add_parser("list", help="a page of a queue's events, by due time or last change")
     listing.add_argument("queue")
     listing.add_argument(
         "--status", type=_statuses, help="one status or a comma list (default: all); due = pending and due by now"
@@ -73,9 +73,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     listing.add_argument("--due-until", type=_time, help="only events due at or before this RFC 3339 time")
     listing.add_argument(
         "--sort",
-        choices=("due", "-due"),
+        choices=("due", "-due", "changed", "-changed"),
         default="due",
-        help="due: earliest due first (default); --sort=-due: latest first",
+        help="due: earliest due first (default); --sort=-due: latest first; "
+        "changed / --sort=-changed: by last change, oldest / newest first",
     )
     listing.add_argument("--limit", type=_limit, default=50, help="events per page, 1..1000 (default 50)")
     listing.add_argument("--cursor", help="the next page (printed after a full page)")
@@ -120,7 +121,7 @@ def run(store: Store, args: argparse.Namespace) -> int:
 
 def _list(store: Store, args: argparse.Namespace) -> int:
     from tickler.scheduler.store import SearchFilter
-    from tickler.scheduler.store.search import decode_cursor, encode_cursor
+    from tickler.scheduler.store.search import decode_cursor, sort_order
 
     where = SearchFilter(
         statuses=args.status or ALL_STATUSES,
@@ -130,13 +131,13 @@ def _list(store: Store, args: argparse.Namespace) -> int:
         fairness_key=args.fairness_key,
         due_from=args.due_from,
         due_until=args.due_until,
-        descending=args.sort == "-due",
+        **sort_order(args.sort),
         limit=args.limit + 1,
         after=decode_cursor(args.cursor) if args.cursor else None,
     )
     events = store.events.search(args.queue, where)
     page, more = events[: args.limit], len(events) > args.limit
-    cursor = encode_cursor(page[-1].schedule_on, page[-1].id) if more else None
+    cursor = where.cursor_after(page[-1]) if more else None
     if args.json:
         print_json({"events": [event_to_json(e) for e in page], "next_cursor": cursor})
         return 0
@@ -148,12 +149,23 @@ def _list(store: Store, args: argparse.Namespace) -> int:
             e.priority,
             e.status,
             e.schedule_on,
+            e.changed_on,
             f"{e.redeliver_count}/{e.max_attempts}",
             e.last_error,
         ]
         for e in page
     ]
-    headers = ["ID", "ITEM_KEY", "GROUP", "PRIORITY", "STATUS", "SCHEDULE_ON (UTC)", "REDELIVERIES/MAX", "LAST_ERROR"]
+    headers = [
+        "ID",
+        "ITEM_KEY",
+        "GROUP",
+        "PRIORITY",
+        "STATUS",
+        "SCHEDULE_ON (UTC)",
+        "CHANGED_ON (UTC)",
+        "REDELIVERIES/MAX",
+        "LAST_ERROR",
+    ]
     print_table(headers, rows)
     if cursor:
         print(f"more: --cursor {cursor}")

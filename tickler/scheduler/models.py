@@ -38,6 +38,8 @@ class Event:
     # The W3C trace context its producer sent (SPEC §11); shown only in pull claims.
     traceparent: str | None = None
     tracestate: str | None = None
+    # When it last changed (every change bumps version): a finished event's last change is its finish.
+    changed_on: datetime | None = None
 
     @classmethod
     def from_row(cls, row: RowMapping | Mapping[str, Any]) -> Event:
@@ -67,6 +69,8 @@ class Event:
             # .get: a row read before migration 0040 ran, or a query that does not select them
             traceparent=row.get("traceparent"),
             tracestate=row.get("tracestate"),
+            # history keeps no changed_on of its own (migration 0079); .get: a query that does not select it
+            changed_on=row["dequeued_on"] or row.get("changed_on") or row["enqueued_on"],
         )
 
 

@@ -46,11 +46,12 @@ revived AS (  -- by the history's (queue, schedule_on, id) index in the row's da
 changed AS (
     INSERT INTO tickler_event (
         id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by,
-        claimed_on, claimed_by, redeliver_count, max_attempts, last_error, version)
+        claimed_on, claimed_by, redeliver_count, max_attempts, last_error, version, changed_on)
     OVERRIDING SYSTEM VALUE
     SELECT r.id, r.queue, r.item_key, r.group_key, r.new_schedule_on, r.data, r.enqueued_on, r.enqueued_by,
-           r.claimed_on, r.claimed_by, r.redeliver_count, r.redeliver_count + r.budget, r.last_error, r.version + 1
-    FROM revived AS r
+           r.claimed_on, r.claimed_by, r.redeliver_count, r.redeliver_count + r.budget, r.last_error, r.version + 1,
+           clock.now
+    FROM revived AS r CROSS JOIN clock
     RETURNING *
 ),
 logged AS (  -- tickler_timeline_write (scheduler/database/history.sql): read below, so that it runs
@@ -99,10 +100,11 @@ revived AS (  -- as retry_event's (history has no index by id)
 changed AS (
     INSERT INTO tickler_event (
         id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by,
-        claimed_on, claimed_by, redeliver_count, max_attempts, last_error, version)
+        claimed_on, claimed_by, redeliver_count, max_attempts, last_error, version, changed_on)
     OVERRIDING SYSTEM VALUE
     SELECT r.id, r.queue, r.item_key, r.group_key, clock.now, r.data, r.enqueued_on, r.enqueued_by,
-           r.claimed_on, r.claimed_by, r.redeliver_count, r.redeliver_count + r.budget, r.last_error, r.version + 1
+           r.claimed_on, r.claimed_by, r.redeliver_count, r.redeliver_count + r.budget, r.last_error, r.version + 1,
+           clock.now
     FROM revived AS r CROSS JOIN clock
     RETURNING *
 ),
@@ -162,7 +164,7 @@ open_events AS (
 changed AS (
     UPDATE tickler_event AS e
     SET dequeued_on = clock.now, dequeued_by = :actor, outcome = 'cancelled',
-        lease_id = NULL, lease_expires_on = NULL, version = e.version + 1
+        lease_id = NULL, lease_expires_on = NULL, version = e.version + 1, changed_on = clock.now
     FROM open_events AS o CROSS JOIN clock
     WHERE e.id = o.id AND e.dequeued_on IS NULL
     RETURNING e.*, o.lease_id AS old_lease_id

@@ -155,7 +155,7 @@ changed AS (
         lease_id = NULL, lease_expires_on = NULL,
         redeliver_count = e.redeliver_count + CASE WHEN e.lease_id IS NULL THEN 0 ELSE 1 END,
         last_error = CASE WHEN e.lease_id IS NULL THEN e.last_error ELSE 'lease expired' END,
-        version = e.version + 1
+        version = e.version + 1, changed_on = clock.now
     FROM clock
     WHERE e.id = ANY(ARRAY(SELECT id FROM matching WHERE NOT dies))  -- primary-key lookups (see claim_events)
     RETURNING e.*
@@ -409,7 +409,7 @@ claimed AS (
         lease_id = tickler_new_lease_id(),
         lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
         claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
-        version = e.version + 1
+        version = e.version + 1, changed_on = clock.now
     FROM clock CROSS JOIN picked AS p
     WHERE e.id = ANY(p.ids)  -- primary-key lookups (see claim_events)
     RETURNING e.*
@@ -565,7 +565,7 @@ claimed AS (
         lease_id = m.lease_id,
         lease_expires_on = clock.now + make_interval(secs => :lease_seconds),
         claimed_expires_on = clock.now + make_interval(secs => :lease_seconds),
-        version = e.version + 1
+        version = e.version + 1, changed_on = clock.now
     FROM members AS m CROSS JOIN clock
     WHERE e.id = m.id AND e.id = ANY(ARRAY(SELECT id FROM members))  -- primary-key lookups (see claim_events)
     RETURNING e.*
@@ -663,7 +663,7 @@ changed AS (
         dequeued_on = CASE WHEN f.is_dead THEN clock.now END,
         dequeued_by = CASE WHEN f.is_dead THEN e.claimed_by END,
         outcome = CASE WHEN f.is_dead THEN 'dead' END,
-        version = e.version + 1
+        version = e.version + 1, changed_on = clock.now
     FROM failing AS f CROSS JOIN clock
     WHERE e.id = f.id AND e.id = ANY(ARRAY(SELECT id FROM failing))  -- primary-key lookups (see claim_events)
     RETURNING e.*, f.is_dead, f.claim_schedule_on, CAST(:lease_id AS uuid) AS old_lease_id
@@ -719,7 +719,7 @@ RETURNING e.lease_id;
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
 released AS (
     UPDATE tickler_event AS e
-    SET lease_id = NULL, lease_expires_on = NULL, version = e.version + 1
+    SET lease_id = NULL, lease_expires_on = NULL, version = e.version + 1, changed_on = clock.now
     FROM clock, unnest(CAST(:lease_ids AS uuid[])) AS l (lease_id)  -- l: the lease each row had
     WHERE e.id = ANY(ARRAY(SELECT k.event_id FROM tickler_lease AS k WHERE k.lease_id = ANY(CAST(:lease_ids AS uuid[]))))
       AND e.lease_id = l.lease_id AND e.outcome IS NULL  -- see ack_leases
@@ -785,3 +785,12 @@ SET traceparent = t.traceparent, tracestate = t.tracestate
 FROM unnest(CAST(:ids AS bigint[]), CAST(:traceparents AS text[]), CAST(:tracestates AS text[]))
      AS t (id, traceparent, tracestate)
 WHERE e.id = t.id AND e.dequeued_on IS NULL;
+
+-- name: history_days
+-- The bounds of history's day partitions: a search by last change reads history a day at a time
+-- (scheduler/store/search.py).
+SELECT DISTINCT v.bound
+FROM tickler_history_partition AS p
+CROSS JOIN LATERAL (VALUES (p.day_from), (p.day_to)) AS v (bound)
+WHERE p.parent = 'tickler_event_history' AND p.day_table IS NULL AND v.bound IS NOT NULL
+ORDER BY v.bound

@@ -211,9 +211,12 @@ def search_page(
     limit: int | None = None,
     priority: int | None = None,
     fairness_key: str | None = None,
+    sort: str | None = None,
 ) -> Call[Page]:
-    """One page of `search` (ordered by `schedule_on`, then id); pass its `next_cursor` back
-    for the next. `limit` is the old name of `page_size` (deprecated). Retried.
+    """One page of `search` (ordered by `schedule_on`, then id, unless `sort` says `-due`, or
+    `changed` / `-changed`: by when each event last changed, oldest / newest first); pass its
+    `next_cursor` back (with the same `sort`) for the next. `limit` is the old name of
+    `page_size` (deprecated). Retried.
 
     >>> page = client.search_page("emails", status="dead", page_size=50)
     >>> page = client.search_page("emails", status="dead", page_size=50, cursor=page.next_cursor)
@@ -229,6 +232,7 @@ def search_page(
         cursor=cursor,
         priority=None if priority is None else str(priority),
         fairness_key=fairness_key,
+        sort=sort,
     )
     return Call("GET", f"/v1/queues/{segment(queue)}/events", _page, params=params, safe=True)
 

@@ -96,6 +96,7 @@ class AsyncClient(AwaitsSends):
         page_size: int = 100,
         priority: int | None = None,
         fairness_key: str | None = None,
+        sort: str | None = None,
     ) -> AsyncIterator[Event]:
         """Every matching event, page after page, as an async iterator (see `Client.search`).
 
@@ -113,6 +114,7 @@ class AsyncClient(AwaitsSends):
                 cursor=cursor,
                 priority=priority,
                 fairness_key=fairness_key,
+                sort=sort,
             )
             for event in page.events:
                 yield event

@@ -114,9 +114,11 @@ class Client(Sends):
         page_size: int = 100,
         priority: int | None = None,
         fairness_key: str | None = None,
+        sort: str | None = None,
     ) -> Iterator[Event]:
         """Every matching event, fetching page after page (`page_size` each) as you iterate.
-        `status` is one status or several. Each page is retried (a read).
+        `status` is one status or several; `sort`: `due` (the default), `-due`, `changed` or
+        `-changed` (by last change, newest first). Each page is retried (a read).
 
         >>> for event in client.search("emails", status=["pending", "in_flight"], item_key_prefix="welcome:"):
         ...     print(event.item_key, event.schedule_on)
@@ -132,6 +134,7 @@ class Client(Sends):
                 cursor=cursor,
                 priority=priority,
                 fairness_key=fairness_key,
+                sort=sort,
             )
             yield from page.events
             if page.next_cursor is None:

@@ -68,6 +68,8 @@ class Event:
     # SPEC §10 (a server before priorities answers without them: the defaults)
     priority: int = wire(int, missing=0, default=0)
     fairness_key: str | None = wire(missing=None, default=None)
+    # when it last changed (`version` went up); a server before it answers without: None
+    changed_on: datetime | None = wire(_maybe_time, missing=None, default=None)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -230,8 +230,8 @@ class CancelMatchingSchema(MatchingSchema):
     reason = Text(max_length=1000)
 
 
-# How a search orders its events: by due time (then id), earliest or latest first.
-SORTS = ("due", "-due")
+# How a search orders its events: by due time or by last change (then id), earliest or latest first.
+SORTS = ("due", "-due", "changed", "-changed")
 
 
 class SearchFiltersSchema(Schema):
@@ -255,7 +255,10 @@ class SearchFiltersSchema(Schema):
     sort = fields.String(
         load_default="due",
         validate=validate.OneOf(SORTS),
-        metadata={"description": "`due`: earliest due time first (the default); `-due`: latest first."},
+        metadata={
+            "description": "`due`: earliest due time first (the default); `-due`: latest first; "
+            "`changed` / `-changed`: by when each event last changed (`changed_on`), oldest / newest first."
+        },
     )
 
     @validates("status")
@@ -338,6 +341,9 @@ class EventSchema(Schema):
     version = fields.Integer()
     priority = fields.Integer()
     fairness_key = fields.String(allow_none=True)
+    changed_on = RFC3339(
+        metadata={"description": "When the event last changed (`version` went up); a finished event's finish."}
+    )
 
 
 class ScheduledEventSchema(EventSchema):

@@ -21,7 +21,6 @@ from tickler.scheduler import rules
 from tickler.scheduler.errors import NotFound
 from tickler.scheduler.models import Event, TimelineEntry
 from tickler.scheduler.states import SEARCH_STATUSES
-from tickler.scheduler.store.search import encode_cursor
 from tickler.scheduler.store.ui_reads import Count
 
 # The overview and a queue's page ask the browser to reload their figures this often (seconds).
@@ -80,7 +79,7 @@ def queue_page(queue: str) -> tuple[str, int]:
         events = found[:PAGE_SIZE]
         if len(found) > PAGE_SIZE:
             last = events[-1]
-            next_url = _page_url(queue, form, encode_cursor(last.schedule_on, last.id))
+            next_url = _page_url(queue, form, where.cursor_after(last))
         if form.cursor and events:
             previous_url = _previous_page(queue, form, events[0])
         if not form.cursor and len(found) <= PAGE_SIZE:
@@ -140,11 +139,11 @@ def _previous_page(queue: str, form: SearchForm, first: Event) -> str:
     """The page before the one starting at `first`: read backwards from it; when fewer than a
     page remain before it, that is the first page."""
     where = replace(form.search_filter(), limit=PAGE_SIZE + 1)
-    before = reads().page_before(queue, where, (first.schedule_on, first.id))
+    before = reads().page_before(queue, where, where.position(first))
     if len(before) <= PAGE_SIZE:
         return _page_url(queue, form, None)
     after = before[PAGE_SIZE]
-    return _page_url(queue, form, encode_cursor(after.schedule_on, after.id))
+    return _page_url(queue, form, where.cursor_after(after))
 
 
 def find_key(queue: str) -> Response:

@@ -7,11 +7,16 @@ from datetime import UTC, datetime
 
 from tickler.scheduler import rules
 from tickler.scheduler.states import SEARCH_STATUSES
-from tickler.scheduler.store.search import ALL_STATUSES, BadCursor, SearchFilter, decode_cursor
+from tickler.scheduler.store.search import ALL_STATUSES, BadCursor, SearchFilter, decode_cursor, sort_order
 
 PAGE_SIZE = 50
 # The orders the page offers, by the `sort` value in its URL (the API's `sort` values).
-SORTS = {"-due": "due time, latest first", "due": "due time, earliest first"}
+SORTS = {
+    "-due": "due time, latest first",
+    "due": "due time, earliest first",
+    "-changed": "last change, newest first",
+    "changed": "last change, oldest first",
+}
 # The page opens on the latest due events (the future ones, then the most recent past): what is
 # coming and what just happened, rather than the oldest finished events.
 DEFAULT_SORT = "-due"
@@ -95,7 +100,7 @@ class SearchForm:
             priority=self.priority_value() if self.priority else None,
             due_from=self.time("since"),
             due_until=self.time("until"),
-            descending=self.sort_order() == "-due",
+            **sort_order(self.sort_order()),
             limit=PAGE_SIZE + 1,
             after=decode_cursor(self.cursor) if self.cursor else None,
         )

@@ -110,7 +110,7 @@ BEGIN
             -- an expired lease ends here: the attempt it was counts (see expired)
             redeliver_count = e.redeliver_count + CASE WHEN e.lease_id IS NULL THEN 0 ELSE 1 END,
             last_error = CASE WHEN e.lease_id IS NULL THEN e.last_error ELSE 'lease expired' END,
-            version = e.version + 1
+            version = e.version + 1, changed_on = clock.now
         FROM clock
         -- = ANY(ARRAY(...)) and not a join: a join lets the planner hash-join a sequential scan of
         -- the whole table once it believes the candidates are many; this is always primary-key lookups.

@@ -194,7 +194,7 @@ BEGIN
                 data = '{}', last_error = CASE WHEN e.last_error IS NOT NULL THEN 'erased' END,
                 traceparent = NULL, tracestate = NULL,
                 dequeued_on = v_now, dequeued_by = v_erasure.requested_by, outcome = 'cancelled',
-                lease_id = NULL, lease_expires_on = NULL, version = e.version + 1
+                lease_id = NULL, lease_expires_on = NULL, version = e.version + 1, changed_on = v_now
             WHERE e.id = ANY(v_ids) AND e.dequeued_on IS NULL
             RETURNING e.id, e.queue, e.item_key, e.group_key, e.schedule_on
         ),

@@ -34,7 +34,7 @@ changed AS (
         dequeued_on = CASE WHEN x.exhausted THEN clock.now END,
         dequeued_by = CASE WHEN x.exhausted THEN p_actor END,
         outcome = CASE WHEN x.exhausted THEN 'dead' END,
-        version = e.version + 1
+        version = e.version + 1, changed_on = clock.now
     FROM expired AS x CROSS JOIN clock
     WHERE e.id = x.id AND e.id = ANY(ARRAY(SELECT id FROM expired))  -- primary-key lookups
     RETURNING e.*, x.lease_id AS old_lease_id, x.claimed_by AS old_claimed_by,

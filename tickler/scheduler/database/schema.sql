@@ -101,6 +101,7 @@ CREATE TABLE tickler_event (
     priority smallint DEFAULT 0 NOT NULL,
     fairness_key text DEFAULT ''::text NOT NULL COLLATE pg_catalog."C",
     entry_id bigint,
+    changed_on timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT claim_has_claimer CHECK (((claimed_on IS NULL) = (claimed_by IS NULL))),
     CONSTRAINT data_is_object CHECK ((jsonb_typeof(data) = 'object'::text)),
     CONSTRAINT event_traceparent_syntax CHECK ((traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}'::text)),
@@ -121,6 +122,8 @@ CREATE TABLE tickler_event (
     CONSTRAINT tickler_event_queue_fkey FOREIGN KEY (queue) REFERENCES tickler_queue(name)
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_insert_scale_factor='0.01', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='0', fillfactor='40');
+
+COMMENT ON COLUMN tickler_event.changed_on IS 'When the event last changed (set wherever version goes up).';
 
 CREATE INDEX tickler_event_claimable_fair ON tickler_event USING btree (queue, priority, fairness_key, schedule_on, id) WHERE ((dequeued_on IS NULL) AND (group_key IS NULL));
 
@@ -176,6 +179,13 @@ CREATE TABLE tickler_event_history (
     CONSTRAINT version_positive CHECK ((version >= 1))
 )
 PARTITION BY RANGE (dequeued_on);
+
+-- A finished event's last change is its finish (dequeued_on): changed_on is kept only where a
+-- finish moves the whole row, and readers take dequeued_on (LIKE copied NOT NULL and the default).
+ALTER TABLE tickler_event_history ALTER COLUMN changed_on DROP NOT NULL;
+ALTER TABLE tickler_event_history ALTER COLUMN changed_on DROP DEFAULT;
+
+COMMENT ON COLUMN tickler_event_history.changed_on IS 'Not read: a finished event last changed when it finished (dequeued_on). Set where a finish moves the whole row, else NULL.';
 
 COMMENT ON COLUMN tickler_event_history.entry_id IS 'The id of the event''s `delivered` timeline entry when that entry is this row (written by an ack; see tickler_timeline_all).';
 

@@ -213,7 +213,7 @@ BEGIN
                         -- a trace context given is kept; none given leaves the event's
                         traceparent = coalesce(t.traceparent, e.traceparent),
                         tracestate = CASE WHEN t.traceparent IS NOT NULL THEN t.tracestate ELSE e.tracestate END,
-                        version = e.version + 1
+                        version = e.version + 1, changed_on = v_now
                     FROM unnest(u_ids, u_group, u_data, u_when, u_attempts,
                                 u_previous, u_priority, u_fairness, u_parent, u_state,
                                 u_pos)
@@ -259,7 +259,7 @@ BEGIN
                             -- a trace context given is kept; none given leaves the event's
                             traceparent = coalesce(t.traceparent, e.traceparent),
                             tracestate = CASE WHEN t.traceparent IS NOT NULL THEN t.tracestate ELSE e.tracestate END,
-                            version = e.version + 1
+                            version = e.version + 1, changed_on = $10
                         FROM unnest($4::bigint[], $5::text[], $6::jsonb[], $7::timestamptz[], $8::integer[],
                                     $9::timestamptz[], $13::smallint[], $14::text[], $15::text[], $16::text[],
                                     $18::integer[])
@@ -350,12 +350,12 @@ BEGIN
         WITH inserted AS (
             INSERT INTO tickler_event AS e
                 (queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by, max_attempts,
-                 priority, fairness_key, traceparent, tracestate)
+                 priority, fairness_key, traceparent, tracestate, changed_on)
             SELECT p_queue, i.item_key, i.group_key,
                    coalesce(i.schedule_on, v_now + make_interval(secs => coalesce(i.delay_seconds, 0))),
                    coalesce(i.data, '{}'), v_now, p_actor, coalesce(i.max_attempts, v_attempts),
                    coalesce(i.priority, 0), coalesce(i.fairness_key, ''), i.traceparent,
-                   CASE WHEN i.traceparent IS NOT NULL THEN i.tracestate END
+                   CASE WHEN i.traceparent IS NOT NULL THEN i.tracestate END, v_now
             FROM unnest(a_key, a_group, a_schedule_on, a_delay, a_data, a_attempts, r_outcome, a_priority, a_fairness,
                         a_traceparent, a_tracestate)
                  AS i(item_key, group_key, schedule_on, delay_seconds, data, max_attempts, settled, priority,
@@ -758,7 +758,8 @@ BEGIN
 
     UPDATE tickler_event AS e
     SET schedule_on = v_new.schedule_on, data = v_new.data, group_key = v_new.group_key,
-        priority = v_new.priority, fairness_key = v_new.fairness_key, version = e.version + 1
+        priority = v_new.priority, fairness_key = v_new.fairness_key, version = e.version + 1,
+        changed_on = v_now
     WHERE e.id = v_old.id
     RETURNING e.* INTO v_new;
     PERFORM tickler_timeline_write(ARRAY[ROW(
@@ -792,7 +793,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE tickler_event AS e
-    SET dequeued_on = v_now, dequeued_by = p_actor, outcome = 'cancelled', version = e.version + 1
+    SET dequeued_on = v_now, dequeued_by = p_actor, outcome = 'cancelled', version = e.version + 1, changed_on = v_now
     WHERE e.id = v_old.id
     RETURNING e.* INTO v_new;
     PERFORM tickler_timeline_write(ARRAY[ROW(

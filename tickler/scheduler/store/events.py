@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from psycopg.types.json import Jsonb
 
-from tickler.scheduler.db import driver_rows, unavailable_reason
+from tickler.scheduler.db import unavailable_reason
 from tickler.scheduler.errors import Archived, InFlight, KeyConflict, NotFound, StaleVersion
 from tickler.scheduler.models import Event, NewEvent, Queue, ScheduleResult, TimelineEntry
 from tickler.scheduler.replica import ReadEngines
@@ -221,9 +221,8 @@ class EventStore(EventOperations):
         return archived_history(self.engine, queue, item_key)
 
     def search(self, queue: str, where: search.SearchFilter, *, now: datetime | None = None) -> list[Event]:
-        """A page of events in (schedule_on, id) order; see scheduler.store.search."""
-        query = search.statement(search.build_query(queue, where, now), self.engine.dialect)
-        rows = self.reads.read(lambda engine: driver_rows(engine, *query))
+        """A page of events in (schedule_on or changed_on, id) order; see scheduler.store.search."""
+        rows = self.reads.read(lambda engine: search.rows(engine, queue, where, now))
         return [Event.from_row(row) for row in rows]
 
     # -- changing -------------------------------------------------------------------------------

@@ -1,23 +1,35 @@
-"""Keyset-paginated search of a queue's events, in (schedule_on, id) order (or its reverse).
+"""Keyset-paginated search of a queue's events, in (schedule_on, id) order or (changed_on, id)
+order (or their reverse).
 
 Filters are optional and combine, so this one query is built with SQLAlchemy Core (bound
 parameters only) rather than kept as a named query; `statement` writes it out as SQL text and
 parameters, which run as a named query runs (sql.run, on a pooled connection). Open events
 (tickler_event) and finished ones (tickler_event_history, by day) live in different tables; each
 part is read through its own index and the two are merged.
+
+By last change: no index holds changed_on (one on the open events would cost every claim its HOT
+update, one on history every finish an index entry), so the open part is a bounded top-N sort of
+the matching open events. A finished event's last change is its finish, so the finished part sorts
+by dequeued_on, the history's partition key, a day at a time (_finished_by_change): a page reads
+the days it needs, not the queue's whole history.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
+from tickler.scheduler.db import driver_rows
+from tickler.scheduler.models import Event
 from tickler.scheduler.rules import format_timestamp, parse_rfc3339
+from tickler.scheduler.sql import driver_sql
 from tickler.scheduler.states import ALL_STATUSES as ALL_STATUSES  # re-exported: older imports name it here
 from tickler.scheduler.states import DUE, OPEN_STATUSES, OUTCOMES, Status
 
@@ -44,7 +56,7 @@ _COLUMNS = (
     "priority",
     "fairness_key",
 )
-event = sa.table("tickler_event", *(sa.column(name) for name in _COLUMNS))
+event = sa.table("tickler_event", *(sa.column(name) for name in (*_COLUMNS, "changed_on")))
 finished_event = sa.table("tickler_event_history", *(sa.column(name) for name in _COLUMNS))
 # The live leases (migration 0060): in-flight events are found here, no index of events reads a lease.
 lease = sa.table("tickler_lease", sa.column("event_id"), sa.column("queue"), sa.column("expires_on"))
@@ -63,10 +75,31 @@ class SearchFilter:
     fairness_key: str | None = None
     due_from: datetime | None = None  # schedule_on >= due_from
     due_until: datetime | None = None  # schedule_on <= due_until
-    descending: bool = False  # latest due time first
+    descending: bool = False  # latest first
+    by_change: bool = False  # by changed_on (when each event last changed), not schedule_on
     limit: int = 100
-    # The cursor: the (schedule_on, id) the page follows, in the order the search runs.
+    # The cursor: the (schedule_on or changed_on, id) the page follows, in the order the search runs.
     after: tuple[datetime, int] | None = None
+
+    def position(self, event: Event) -> tuple[datetime, int]:
+        """Where `event` stands in this search's order (what a cursor after it holds)."""
+        when = event.changed_on if self.by_change else event.schedule_on
+        assert when is not None  # Event.from_row always gives changed_on
+        return when, event.id
+
+    def cursor_after(self, event: Event) -> str:
+        return encode_cursor(*self.position(event))
+
+
+# The orders a search takes, by the API's `sort` values.
+SORTS = ("due", "-due", "changed", "-changed")
+
+
+def sort_order(sort: str) -> dict[str, bool]:
+    """SearchFilter's order fields for one of SORTS."""
+    if sort not in SORTS:
+        raise ValueError(f"not an order: one of {', '.join(SORTS)}")
+    return {"descending": sort.startswith("-"), "by_change": sort.lstrip("-") == "changed"}
 
 
 def encode_cursor(schedule_on: datetime, event_id: int) -> str:
@@ -118,11 +151,18 @@ class Matching:
         return {"group_key": self.group_key, "prefix": prefix, "prefix_end": prefix_end(prefix) if prefix else None}
 
 
-def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, open_part: bool) -> sa.Select[Any]:
+Window = tuple[datetime | None, datetime | None]  # [from, until) of dequeued_on; None: unbounded
+
+
+def _part(
+    queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, open_part: bool, window: Window = (None, None)
+) -> sa.Select[Any]:
     table = event if open_part else finished_event
     e = table.c
     status = sa.func.tickler_status(e.outcome, e.lease_expires_on, now)
-    query = sa.select(*table.c, status.label("status")).where(e.queue == queue)
+    changed = e.changed_on if open_part else e.dequeued_on  # a finished event last changed when it finished
+    columns = [c for c in table.c if c.name != "changed_on"]
+    query = sa.select(*columns, changed.label("changed_on"), status.label("status")).where(e.queue == queue)
     if open_part:
         query = query.where(e.dequeued_on.is_(None))
         wanted = where.statuses & (OPEN_STATUSES | {DUE})
@@ -140,6 +180,10 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
             query = query.where(sa.or_(sa.and_(unleased, e.schedule_on <= now), e.lease_expires_on > now))
     else:
         query = query.where(e.dequeued_on.is_not(None))
+        if window[0] is not None:
+            query = query.where(e.dequeued_on >= window[0])
+        if window[1] is not None:
+            query = query.where(e.dequeued_on < window[1])
         wanted = where.statuses & OUTCOMES
         if wanted != OUTCOMES:
             query = query.where(e.outcome.in_(sorted(wanted)))
@@ -158,19 +202,22 @@ def _part(queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], *, o
         query = query.where(e.schedule_on >= where.due_from)
     if where.due_until is not None:
         query = query.where(e.schedule_on <= where.due_until)
+    key = changed if where.by_change else e.schedule_on
     if where.after is not None:
-        position = sa.tuple_(e.schedule_on, e.id)
+        position = sa.tuple_(key, e.id)
         query = query.where(
             position < sa.tuple_(*where.after) if where.descending else position > sa.tuple_(*where.after)
         )
-    return query.order_by(*order(e, where.descending)).limit(where.limit)
+    return query.order_by(*_order(key, e.id, where.descending)).limit(where.limit)
 
 
-def order(columns: Any, descending: bool) -> tuple[sa.ColumnElement[Any], ...]:
-    """The search's order by `columns` (a table's or a subquery's): (schedule_on, id), or its reverse."""
-    if descending:
-        return columns.schedule_on.desc(), columns.id.desc()
-    return columns.schedule_on, columns.id
+def _order(key: Any, event_id: Any, descending: bool) -> tuple[sa.ColumnElement[Any], ...]:
+    return (key.desc(), event_id.desc()) if descending else (key, event_id)
+
+
+def order(columns: Any, where: SearchFilter) -> tuple[sa.ColumnElement[Any], ...]:
+    """The search's order by `columns` (a subquery's): (schedule_on or changed_on, id), or its reverse."""
+    return _order(columns.changed_on if where.by_change else columns.schedule_on, columns.id, where.descending)
 
 
 def statement(query: sa.Select[Any], dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
@@ -186,14 +233,54 @@ def statement(query: sa.Select[Any], dialect: sa.Dialect) -> tuple[str, dict[str
     return str(compiled), params
 
 
-def build_query(queue: str, where: SearchFilter, now: datetime | None) -> sa.Select[Any]:
+def _finished_by_change(
+    queue: str, where: SearchFilter, now: sa.ColumnElement[datetime], days: Sequence[datetime]
+) -> sa.Select[Any]:
+    """The finished part by last change, a window of history at a time: the windows between `days`
+    (the bounds of history's day partitions; before the first and after the last, whatever the
+    DEFAULT partition holds), each its own top-N in the search's order, all under one LIMIT.
+    PostgreSQL runs the branches of a UNION ALL one after the other and stops once the LIMIT is
+    met, so a first page by latest change reads the newest day and no more (a subquery with a
+    LIMIT is never run in parallel, which could interleave them). Its rows are not in order."""
+    edges: list[datetime | None] = [None, *sorted(set(days)), None]
+    windows = list(itertools.pairwise(edges))
+    if where.after is not None:  # the windows the cursor is past hold nothing for this page
+        at = where.after[0]
+        if where.descending:
+            windows = [(lo, hi) for lo, hi in windows if lo is None or lo <= at]
+        else:
+            windows = [(lo, hi) for lo, hi in windows if hi is None or hi > at]
+    if where.descending:
+        windows.reverse()
+    branches = [_part(queue, where, now, open_part=False, window=w).subquery().select() for w in windows]
+    return sa.select(sa.union_all(*branches).subquery()).limit(where.limit)
+
+
+def build_query(
+    queue: str, where: SearchFilter, now: datetime | None, days: Sequence[datetime] | None = None
+) -> sa.Select[Any]:
+    """The search's query. `days`: the bounds of history's day partitions (read_days), which a
+    search by last change reads a window at a time; None: history in one top-N sort."""
     clock: sa.ColumnElement[datetime] = sa.func.now() if now is None else sa.literal(now, sa.DateTime(timezone=True))
     parts = []
     if where.statuses & (OPEN_STATUSES | {DUE}):
         parts.append(_part(queue, where, clock, open_part=True))
+    windowed = where.by_change and days is not None
     if where.statuses & OUTCOMES:
-        parts.append(_part(queue, where, clock, open_part=False))
-    if len(parts) == 1:
+        finished = _part(queue, where, clock, open_part=False)
+        parts.append(_finished_by_change(queue, where, clock, days or []) if windowed else finished)
+    if len(parts) == 1 and not windowed:
         return parts[0]
     union = sa.union_all(*(p.subquery().select() for p in parts)).subquery()
-    return sa.select(union).order_by(*order(union.c, where.descending)).limit(where.limit)
+    return sa.select(union).order_by(*order(union.c, where)).limit(where.limit)
+
+
+def read_days(engine: sa.Engine) -> list[datetime]:
+    """The bounds of history's day partitions (for build_query's `days`)."""
+    return [row[0] for row in driver_rows(engine, driver_sql("history_days"), tuples=True)]
+
+
+def rows(engine: sa.Engine, queue: str, where: SearchFilter, now: datetime | None) -> list[Any]:
+    """The search's rows, read on `engine` (what build_query selects)."""
+    days = read_days(engine) if where.by_change and where.statuses & OUTCOMES else None
+    return driver_rows(engine, *statement(build_query(queue, where, now, days), engine.dialect))

@@ -83,7 +83,8 @@ class UIReads(EngineStore):
 
     def count(self, queue: str, where: search.SearchFilter, *, cap: int, now: datetime | None = None) -> Count:
         """How many events the search matches from its `after` on, counted up to `cap`."""
-        listed = search.build_query(queue, replace(where, limit=cap + 1), now).subquery()
+        unordered = replace(where, limit=cap + 1, by_change=False)  # the order changes no count; by due time is cheap
+        listed = search.build_query(queue, unordered, now).subquery()
         counted = search.statement(sa.select(sa.func.count()).select_from(listed), self.engine.dialect)
         [[n]] = self.reads.read(lambda engine: driver_rows(engine, *counted, tuples=True))
         return Count(min(int(n), cap), int(n) > cap)
@@ -94,6 +95,5 @@ class UIReads(EngineStore):
         """The `where.limit` events just before `before` in the search's order, nearest first
         (the previous page, read backwards)."""
         backwards = replace(where, descending=not where.descending, after=before)
-        statement = search.statement(search.build_query(queue, backwards, now), self.engine.dialect)
-        rows = self.reads.read(lambda engine: driver_rows(engine, *statement))
+        rows = self.reads.read(lambda engine: search.rows(engine, queue, backwards, now))
         return [Event.from_row(row) for row in rows]
