@@ -27,6 +27,7 @@ from tests import pg_cluster
 from tests.helpers_http import serving_app
 from tests.helpers_wait import wait_until
 from tickler.api import close_app, create_app
+from tickler.commands.database import open_reader
 from tickler.config import Settings
 from tickler.pipeline import db as pipeline_db
 from tickler.pipeline.replica import primary_lsn, read_url
@@ -311,11 +312,17 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
             def on_replica() -> bool:
                 return reads.engine() is reads.replica  # measures again when the last measure is a second old
 
+            def command_reads_on() -> int:
+                """The port `tickler queues list`'s plain connection reads from."""
+                with open_reader(settings, may_lag=True) as conn:
+                    return int(conn.info.port)
+
             assert http.post("/v1/queues/jobs/events", json={"item_key": "first", "data": {}}).status_code == 202
             wait_until(lambda: found("first"), what="the first event found")
             wait_until(on_replica, what="reads on the replica")
             assert gauges()["tickler_read_replica_in_use"] == 1
             assert gauges()["tickler_read_replica_lag_seconds"] <= 1.0
+            assert command_reads_on() == pair.standby.port
 
             _every_lagging_read_runs_on(replica_url, "first")
 
@@ -340,6 +347,7 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
             metrics = gauges()
             assert metrics["tickler_read_replica_in_use"] == 0
             assert metrics["tickler_read_replica_lag_seconds"] > 1.0
+            assert command_reads_on() == pair.primary.port
             # the timeline and the queue's counts answer from the primary too
             assert http.get("/v1/queues/jobs/events/second/timeline").status_code == 200
             assert http.get("/v1/queues/jobs").json()["counts"]["pending"] >= 2
@@ -354,6 +362,7 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
             wait_until(lambda: not on_replica() and found("second"), timeout=10, what="reads off a dead replica")
             assert gauges()["tickler_read_replica_in_use"] == 0
             assert read_url(url, replica_url, max_lag_seconds=1.0) == url
+            assert command_reads_on() == pair.primary.port
     finally:
         close_app(app)
     _report("lagging_replica", {"replay_paused_to_reads_on_primary_seconds": round(moved, 3)})
