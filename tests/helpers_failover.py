@@ -23,7 +23,6 @@ from tests.helpers_wait import wait_until
 from tickler.config import Settings
 from tickler.scheduler.db import create_engine
 from tickler.scheduler.errors import NotFound
-from tickler.scheduler.migrate import migrate
 from tickler.scheduler.store import QueueSettings, Store
 
 
@@ -45,24 +44,14 @@ def pair() -> Iterator[Pair]:
     """A migrated primary with a synchronous standby (synchronous_standby_names = '*'): a commit
     is answered once the standby has it."""
     root = pg_cluster.make_root()
-    primary = pg_cluster.Node(root, "a").init().start()
-    standby: pg_cluster.Node | None = None
     try:
-        primary.execute("CREATE DATABASE tickler")
-        migrate(primary.url("tickler"))
-        standby = primary.standby(root, "b").start()
-        # synchronous from now on (before, a commit would wait for a standby not there yet)
-        primary.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
-        primary.execute("SELECT pg_reload_conf()")
-        wait_until(
-            lambda: primary.execute("SELECT sync_state FROM pg_stat_replication") == [("sync",)],
-            what="the standby streaming synchronously",
-        )
-        yield Pair(root, primary, standby)
-    finally:
-        for node in (primary, standby):
-            if node is not None:
+        primary, standby = pg_cluster.synchronous_pair(root)
+        try:
+            yield Pair(root, primary, standby)
+        finally:
+            for node in (primary, standby):
                 node.stop()
+    finally:
         pg_cluster.remove_root(root)
 
 
