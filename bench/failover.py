@@ -2,15 +2,11 @@
 
     python -m bench.failover [--rate 500] [--seconds 16] [--lead 1] [--detect 0.5]
 
-A primary and a synchronous standby of the machine's PostgreSQL 15 (tests/pg_cluster.py, fsync
-on), `tickler serve` on the URL that lists both (target_session_attrs=read-write), 8 client
-threads scheduling one event per request at `--rate` in all, each due `--lead` s later, and a
-worker process whose handler records each delivery. Halfway, the primary is killed (every process
-of it), and the standby promoted `--detect` s later (what a failover manager takes to decide).
-Printed: promotion -> first 202, promotion -> first delivery, the lateness (p50/p99/max) of the
-events due between the kill and the promotion, events answered 202 and never delivered (lost),
-and events delivered twice without a redeliver_count that shows it. Not part of `python -m bench`.
-"""
+A primary and a synchronous standby (tests/pg_cluster.py, fsync on), `tickler serve` on the URL
+listing both, 8 client threads scheduling one event per request (due `--lead` s later) at `--rate`
+in all, a worker process recording each delivery. Halfway, the primary is killed and the standby
+promoted `--detect` s later. Printed (docs/deploy.md): promotion -> first 202 and -> first
+delivery, the lateness of the events due in the gap, lost events and uncounted duplicates."""
 
 from __future__ import annotations
 
@@ -141,10 +137,8 @@ def _ready(port: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.failover", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=float, default=500.0, help="events scheduled per second, in all")
-    parser.add_argument("--seconds", type=float, default=16.0)
-    parser.add_argument("--lead", type=float, default=1.0, help="each event due this long after it is scheduled")
-    parser.add_argument("--detect", type=float, default=0.5, help="seconds from the kill to the promotion")
+    for name, default in (("--rate", 500.0), ("--seconds", 16.0), ("--lead", 1.0), ("--detect", 0.5)):
+        parser.add_argument(name, type=float, default=default)
     args = parser.parse_args(argv)
     configure_logging("ERROR")
     print(json.dumps(run(args.rate, args.seconds, args.lead, args.detect)), file=sys.stdout)

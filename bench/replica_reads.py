@@ -16,6 +16,7 @@ went are printed, beside a run with no readers (the rate the ratio is of).
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -50,7 +51,9 @@ class Result:
     reads_on_replica: bool
 
 
-def _read_until(stop: threading.Event, store: Store, count: list[int], lock: threading.Lock) -> None:
+def _read_until(stop: threading.Event, store: Store, count: list[int], lock: threading.Lock, cpus: set[int]) -> None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)  # this thread only
     done = 0
     while not stop.is_set():
         page = store.events.search(QUEUE, SearchFilter(limit=50))
@@ -61,7 +64,9 @@ def _read_until(stop: threading.Event, store: Store, count: list[int], lock: thr
         count[0] += done
 
 
-def run_once(primary_admin: str, replica_admin: str | None, *, events: int, clients: int) -> Result:
+def run_once(
+    primary_admin: str, replica_admin: str | None, *, events: int, clients: int, readers_cpus: set[int] | None = None
+) -> Result:
     url = create_database(primary_admin)
     try:
         migrate(url)
@@ -80,7 +85,9 @@ def run_once(primary_admin: str, replica_admin: str | None, *, events: int, clie
                     _wait_for_replica(reads)
                 stop, lock, count = threading.Event(), threading.Lock(), [0]
                 readers = [
-                    threading.Thread(target=_read_until, args=(stop, store, count, lock), daemon=True)
+                    threading.Thread(
+                        target=_read_until, args=(stop, store, count, lock, readers_cpus or set()), daemon=True
+                    )
                     for _ in range(clients)
                 ]
                 for reader in readers:
@@ -117,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=30_000)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--pin", action="store_true", help="this process and the worker on CPU 0, readers on CPU 1")
     args = parser.parse_args(argv)
+    if args.pin:
+        os.sched_setaffinity(0, {0})  # the worker process spawned from here inherits it
     configure_logging("WARNING")
     results = [
-        run_once(args.primary, replica, events=args.events, clients=clients)
+        run_once(args.primary, replica, events=args.events, clients=clients, readers_cpus={1} if args.pin else None)
         for _ in range(args.repeats)
         for replica, clients in ((None, 0), (None, args.clients), (args.replica, args.clients))
     ]
