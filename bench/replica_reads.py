@@ -10,12 +10,13 @@ private cluster of a full run is not. Each run: one tickler worker (its own proc
 drains `--events` events that fall due at one instant, while `--clients` threads of this process
 search the queue (a page of 50) and read the timeline of a key they found, through a Store whose
 reads go to the replica, or to the primary; the claim rate, the reads answered and where they
-went are printed.
+went are printed, beside a run with no readers (the rate the ratio is of).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from bench.harness import (
     drop_database,
     finish_time,
     make_queue,
+    median,
     wait_until_drained,
     with_database,
 )
@@ -49,7 +51,9 @@ class Result:
     reads_on_replica: bool
 
 
-def _read_until(stop: threading.Event, store: Store, count: list[int], lock: threading.Lock) -> None:
+def _read_until(stop: threading.Event, store: Store, count: list[int], lock: threading.Lock, cpus: set[int]) -> None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)  # this thread only
     done = 0
     while not stop.is_set():
         page = store.events.search(QUEUE, SearchFilter(limit=50))
@@ -60,7 +64,9 @@ def _read_until(stop: threading.Event, store: Store, count: list[int], lock: thr
         count[0] += done
 
 
-def run_once(primary_admin: str, replica_admin: str | None, *, events: int, clients: int) -> Result:
+def run_once(
+    primary_admin: str, replica_admin: str | None, *, events: int, clients: int, readers_cpus: set[int] | None = None
+) -> Result:
     url = create_database(primary_admin)
     try:
         migrate(url)
@@ -68,8 +74,8 @@ def run_once(primary_admin: str, replica_admin: str | None, *, events: int, clie
         read_url = ""
         if replica_admin:
             read_url = with_database(replica_admin, str(make_url(url).database))
-        settings = Settings(database_url=url, read_database_url=read_url, pool_size=clients)
-        engine = create_engine(url, pool_size=clients)
+        settings = Settings(database_url=url, read_database_url=read_url, pool_size=max(1, clients))
+        engine = create_engine(url, pool_size=max(1, clients))
         reads = read_engines(engine, settings)
         store = Store(engine, reads)
         try:
@@ -79,7 +85,9 @@ def run_once(primary_admin: str, replica_admin: str | None, *, events: int, clie
                     _wait_for_replica(reads)
                 stop, lock, count = threading.Event(), threading.Lock(), [0]
                 readers = [
-                    threading.Thread(target=_read_until, args=(stop, store, count, lock), daemon=True)
+                    threading.Thread(
+                        target=_read_until, args=(stop, store, count, lock, readers_cpus or set()), daemon=True
+                    )
                     for _ in range(clients)
                 ]
                 for reader in readers:
@@ -95,7 +103,8 @@ def run_once(primary_admin: str, replica_admin: str | None, *, events: int, clie
             claimed = events / (finish_time(url) - due)
         finally:
             store.dispose()
-        return Result("replica" if replica_admin else "primary", claimed, count[0] / elapsed, on_replica)
+        where = ("replica" if replica_admin else "primary") if clients else "no readers"
+        return Result(where, claimed, count[0] / elapsed, on_replica)
     finally:
         drop_database(primary_admin, url)
 
@@ -115,17 +124,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=30_000)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--pin", action="store_true", help="this process and the worker on CPU 0, readers on CPU 1")
     args = parser.parse_args(argv)
+    if args.pin:
+        os.sched_setaffinity(0, {0})  # the worker process spawned from here inherits it
     configure_logging("WARNING")
     results = [
-        run_once(args.primary, replica, events=args.events, clients=args.clients)
+        run_once(args.primary, replica, events=args.events, clients=clients, readers_cpus={1} if args.pin else None)
         for _ in range(args.repeats)
-        for replica in (None, args.replica)
+        for replica, clients in ((None, 0), (None, args.clients), (args.replica, args.clients))
     ]
-    print(f"{'reads on':<10} {'claimed/s':>10} {'reads/s':>9}  (a read: a search page of 50 and a key's timeline)")
+    alone = median([r.claimed_per_second for r in results if r.reads_on == "no readers"])
+    print(f"{'reads on':<12} {'claimed/s':>10} {'x alone':>8} {'reads/s':>9}  (a read: a page of 50 and a timeline)")
     for result in results:
-        where = result.reads_on + ("" if result.reads_on == "primary" or result.reads_on_replica else " (fell back)")
-        print(f"{where:<10} {result.claimed_per_second:>10,.0f} {result.reads_per_second:>9,.0f}")
+        where = result.reads_on + ("" if result.reads_on != "replica" or result.reads_on_replica else " (fell back)")
+        ratio = result.claimed_per_second / alone
+        print(f"{where:<12} {result.claimed_per_second:>10,.0f} {ratio:>8.2f} {result.reads_per_second:>9,.0f}")
     return 0
 
 

@@ -66,20 +66,21 @@ class Node:
         return f"127.0.0.1:{self.port}"
 
     def init(self, **settings: str) -> Node:
+        """initdb, with these settings over the tests' (e.g. a benchmark's fsync = on)."""
         _run(PG_BIN / "initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        self.configure(
-            listen_addresses="'127.0.0.1'",
-            unix_socket_directories="''",
-            wal_level="replica",
-            max_wal_senders="10",
-            wal_keep_size="'128MB'",
-            wal_log_hints="on",  # pg_rewind
-            hot_standby="on",
-            max_connections="100",
-            shared_buffers="'32MB'",
-            fsync="off",  # a kill -9 keeps the OS's cache: what these tests lose is the process
-            **settings,
-        )
+        defaults = {
+            "listen_addresses": "'127.0.0.1'",
+            "unix_socket_directories": "''",
+            "wal_level": "replica",
+            "max_wal_senders": "10",
+            "wal_keep_size": "'128MB'",
+            "wal_log_hints": "on",  # pg_rewind
+            "hot_standby": "on",
+            "max_connections": "100",
+            "shared_buffers": "'32MB'",
+            "fsync": "off",  # a kill -9 keeps the OS's cache: what these tests lose is the process
+        }
+        self.configure(**{**defaults, **settings})
         return self
 
     def configure(self, **settings: str) -> None:
@@ -143,6 +144,37 @@ class Node:
         with psycopg.connect(self.url(dbname), autocommit=True, connect_timeout=5) as conn:
             cursor = conn.execute(statement)  # type: ignore[call-overload]
             return list(cursor.fetchall()) if cursor.description else []
+
+
+def synchronous_pair(root: Path, dbname: str = "tickler", **settings: str) -> tuple[Node, Node]:
+    """A started primary with database `dbname` migrated, and its started standby, synchronous
+    (synchronous_standby_names = '*': a commit is answered once the standby has it). `settings`:
+    Node.init's. The failover tests' fixture and bench/failover.py."""
+    from tests.helpers_wait import wait_until
+    from tickler.scheduler.migrate import migrate
+
+    primary = Node(root, "a").init(**settings).start()
+    try:
+        primary.execute(f"CREATE DATABASE {dbname}")
+        migrate(primary.url(dbname))
+        standby = primary.standby(root, "b").start()
+    except BaseException:
+        primary.stop()
+        raise
+    # synchronous from now on (before, a commit would wait for a standby not there yet)
+    primary.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+    primary.execute("SELECT pg_reload_conf()")
+    try:
+        wait_until(
+            lambda: primary.execute("SELECT sync_state FROM pg_stat_replication") == [("sync",)],
+            timeout=30,
+            what=lambda: "the standby streaming synchronously: " + standby.log_tail(),
+        )
+    except BaseException:
+        for node in (primary, standby):
+            node.stop()
+        raise
+    return primary, standby
 
 
 def make_root() -> Path:

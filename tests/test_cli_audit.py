@@ -1,11 +1,13 @@
 """`tickler audit` (the operations log for people and, with --json, for scripts), the
-upcoming-load line of `tickler queues show`, and `tickler events list` on a read replica, run
-in-process against the test database."""
+upcoming-load line of `tickler queues show`, and `tickler events list` and `queues list` on a read
+replica, run in-process against the test database."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -59,6 +61,26 @@ def test_queues_show_has_the_upcoming_load(
     assert "2 pending falling due" in line and "1 later" in line
 
 
+@contextmanager
+def stand_in_replica(admin_url: str, keys: list[str]) -> Iterator[str]:
+    """A second migrated database standing in for a replica 0 s behind (by its own measure: it is
+    no standby), its queue "emails" holding other events than the primary's: where a read went
+    shows in what it found."""
+    replica_url = pg.create_database(admin_url, prefix="tickler_cli_replica")
+    try:
+        migrate(replica_url)
+        engine = create_engine(replica_url, pool_size=1)
+        try:
+            replica = Store(engine)
+            queue = replica.queues.put("emails", QueueSettings(), Settings()).queue
+            replica.events.schedule_batch(queue, [NewEvent(key, {}) for key in keys], actor="test")
+        finally:
+            engine.dispose()
+        yield replica_url
+    finally:
+        pg.drop_database(admin_url, replica_url)
+
+
 def test_events_list_reads_the_replica_when_one_is_set(
     cli: Callable[..., str],
     monkeypatch: pytest.MonkeyPatch,
@@ -66,28 +88,46 @@ def test_events_list_reads_the_replica_when_one_is_set(
     make_queue: Callable[..., Queue],
     admin_url: str,
 ) -> None:
-    """TICKLER_READ_DATABASE_URL serves the command line's reads that may lag, as the API's: a
-    second database (a replica 0 s behind, by its own measure) holds another event than the primary."""
+    """TICKLER_READ_DATABASE_URL serves the command line's reads that may lag, as the API's."""
     queue = make_queue("emails")
     store.events.schedule_batch(queue, [NewEvent("on-the-primary", {})], actor="test")
-    replica_url = pg.create_database(admin_url, prefix="tickler_cli_replica")
-    try:
-        migrate(replica_url)
-        stand_in = create_engine(replica_url, pool_size=1)
-        try:
-            replica = Store(stand_in)
-            replica.events.schedule_batch(
-                replica.queues.put("emails", QueueSettings(), Settings()).queue,
-                [NewEvent("on-the-replica", {})],
-                actor="test",
-            )
-        finally:
-            stand_in.dispose()
+    with stand_in_replica(admin_url, ["on-the-replica"]) as replica_url:
         monkeypatch.setenv("TICKLER_READ_DATABASE_URL", replica_url)
         listed = json.loads(cli("events", "list", "emails", "--json"))
         assert [event["item_key"] for event in listed["events"]] == ["on-the-replica"]
         monkeypatch.delenv("TICKLER_READ_DATABASE_URL")
         listed = json.loads(cli("events", "list", "emails", "--json"))
         assert [event["item_key"] for event in listed["events"]] == ["on-the-primary"]
-    finally:
-        pg.drop_database(admin_url, replica_url)
+
+
+def test_queues_list_counts_on_the_replica_when_one_is_set(
+    cli: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+    store: Store,
+    make_queue: Callable[..., Queue],
+    admin_url: str,
+) -> None:
+    """`queues list` (the table, over one plain connection, and --json) counts on the replica
+    while it is reachable and close enough; on the primary when it is not, or when there is none."""
+    queue = make_queue("emails")
+    store.events.schedule_batch(queue, [NewEvent("on-the-primary", {})], actor="test")
+
+    def pending() -> tuple[int, int]:
+        [row] = [line.split() for line in cli("queues", "list").splitlines()[1:]]
+        [listed] = json.loads(cli("queues", "list", "--json"))["queues"]
+        return int(row[3]), listed["counts"]["pending"]
+
+    with stand_in_replica(admin_url, ["r1", "r2", "r3"]) as replica_url:
+        monkeypatch.setenv("TICKLER_READ_DATABASE_URL", replica_url)
+        assert pending() == (3, 3)
+        # a replica that cannot be reached (nothing listens there): the primary's counts
+        monkeypatch.setenv("TICKLER_READ_DATABASE_URL", f"postgresql://postgres@127.0.0.1:{_closed_port()}/tickler")
+        assert pending() == (1, 1)
+        monkeypatch.delenv("TICKLER_READ_DATABASE_URL")
+        assert pending() == (1, 1)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -11,31 +11,26 @@ may lag (the API's and the pipeline's) back to the primary. The times measured a
 
 from __future__ import annotations
 
-import json
 import platform
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
+from tests import helpers_failover as failover
 from tests import pg_cluster
+from tests.helpers_failover import Pair
 from tests.helpers_http import serving_app
 from tests.helpers_wait import wait_until
 from tickler.api import close_app, create_app
+from tickler.commands.database import open_reader
 from tickler.config import Settings
 from tickler.pipeline import db as pipeline_db
 from tickler.pipeline.replica import primary_lsn, read_url
 from tickler.scheduler.db import create_engine
-from tickler.scheduler.errors import NotFound
-from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import Event
 from tickler.scheduler.replica import ReadEngines
-from tickler.scheduler.store import QueueSettings, SearchFilter, Store
+from tickler.scheduler.store import SearchFilter, Store
 from tickler.scheduler.store.dashboard import DashboardStore
 from tickler.scheduler.store.ui_reads import UIReads
 from tickler.scheduler.worker import Worker
@@ -46,108 +41,26 @@ pytestmark = [
 ]
 
 
-@dataclass
-class Pair:
-    """A primary and its standby; url() lists both, the primary first."""
-
-    root: Path
-    primary: pg_cluster.Node
-    standby: pg_cluster.Node
-
-    def url(self, dbname: str = "tickler") -> str:
-        hosts = f"{self.primary.host()},{self.standby.host()}"
-        return f"postgresql://postgres@{hosts}/{dbname}?target_session_attrs=read-write&connect_timeout=2"
-
-
-@pytest.fixture
-def pair() -> Iterator[Pair]:
-    """A migrated primary with a synchronous standby (synchronous_standby_names = '*'): a commit
-    is answered once the standby has it."""
-    root = pg_cluster.make_root()
-    primary = pg_cluster.Node(root, "a").init().start()
-    standby: pg_cluster.Node | None = None
-    try:
-        primary.execute("CREATE DATABASE tickler")
-        migrate(primary.url("tickler"))
-        standby = primary.standby(root, "b").start()
-        # synchronous from now on (before, a commit would wait for a standby not there yet)
-        primary.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
-        primary.execute("SELECT pg_reload_conf()")
-        wait_until(
-            lambda: primary.execute("SELECT sync_state FROM pg_stat_replication") == [("sync",)],
-            what="the standby streaming synchronously",
-        )
-        yield Pair(root, primary, standby)
-    finally:
-        for node in (primary, standby):
-            if node is not None:
-                node.stop()
-        pg_cluster.remove_root(root)
-
-
-@dataclass
-class Answers:
-    """What the clients were answered: (item_key, status, Retry-After, monotonic time)."""
-
-    items: list[tuple[str, int, str | None, float]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, key: str, status: int, retry_after: str | None) -> None:
-        with self.lock:
-            self.items.append((key, status, retry_after, time.monotonic()))
-
-    def snapshot(self) -> list[tuple[str, int, str | None, float]]:
-        with self.lock:
-            return list(self.items)
-
-    def accepted(self, after: float = 0.0) -> list[str]:
-        return [key for key, status, _, at in self.snapshot() if 200 <= status < 300 and at >= after]
-
-
-def _schedule_until(stop: threading.Event, base: str, token: str, client_no: int, answers: Answers) -> None:
-    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
-        n = 0
-        while not stop.is_set():
-            key = f"c{client_no}-{n}"
-            n += 1
-            try:
-                response = http.post("/v1/queues/jobs/events", json={"item_key": key, "data": {"n": n}})
-            except httpx.TransportError:
-                answers.add(key, 0, None)  # the API itself never went away: counted as a failure below
-                continue
-            answers.add(key, response.status_code, response.headers.get("Retry-After"))
-            if response.status_code == 503:
-                stop.wait(0.05)  # a client backing off, as Retry-After asks (shortened for the test)
-
-
-def _admin(store: Store) -> str:
-    # a claim whose answer the failover lost is redelivered once its lease is over: short here
-    store.queues.put("jobs", QueueSettings(lease_seconds=2), Settings())
-    store.queues.put("pulls", QueueSettings(lease_seconds=1), Settings())
-    return store.tokens.create("failover-test", is_admin=True)
+pair = failover.pair  # the fixture
 
 
 def test_failover_to_a_synchronous_standby_loses_nothing_and_the_processes_reconnect(pair: Pair) -> None:
     url = pair.url()
     settings = Settings(database_url=url, migrate_on_start=False, pool_size=8)
     setup_engine = create_engine(url, pool_size=1)
-    token = _admin(Store(setup_engine))
+    token = failover.admin(Store(setup_engine))
     setup_engine.dispose()
 
-    delivered: list[tuple[str, int, float]] = []
-    delivered_lock = threading.Lock()
+    delivered = failover.Delivered()
     worker = Worker(settings=settings, name="failover", poll_interval=0.5, reap_interval=0.2)
 
     @worker.handler("jobs")
     def deliver(event: Event) -> None:
-        with delivered_lock:
-            delivered.append((event.item_key, event.redeliver_count, time.monotonic()))
+        delivered.add(event.item_key, event.redeliver_count)
 
     app = create_app(settings, configure_logs=False)
     worker.start()
-    answers = Answers()
-    stop = threading.Event()
-    clients: list[threading.Thread] = []
+    answers = failover.Answers()
     try:
         with (
             serving_app(app) as base,
@@ -157,36 +70,18 @@ def test_failover_to_a_synchronous_standby_loses_nothing_and_the_processes_recon
             assert http.post("/v1/queues/pulls/events", json={"item_key": "held", "data": {}}).status_code == 202
             [lease] = http.post("/v1/queues/pulls/claims", json={"worker": "w1", "limit": 1}).json()["leases"]
 
-            clients = [
-                threading.Thread(target=_schedule_until, args=(stop, base, token, n, answers), daemon=True)
-                for n in range(4)
-            ]
-            for client in clients:
-                client.start()
-            wait_until(lambda: len(answers.accepted()) >= 100 and len(delivered) >= 20, what="traffic before")
-
-            pair.primary.kill()
-            killed = time.monotonic()
-            # no primary: writes are refused with 503 (the standby is up, but read-only)
-            wait_until(
-                lambda: sum(1 for _, s, _, at in answers.snapshot() if s == 503 and at > killed) >= 5,
-                what=lambda: f"503s while no primary: {answers.snapshot()[-3:]}",
-            )
-            pair.standby.promote()
-            promoted = time.monotonic()
-            wait_until(lambda: answers.accepted(after=promoted), timeout=30, what="a 2xx after promotion")
-            first_accepted = min(at for _, s, _, at in answers.snapshot() if 200 <= s < 300 and at >= promoted)
-            wait_until(
-                lambda: any(at > promoted for _, _, at in list(delivered)),
-                timeout=30,
-                what="a delivery after promotion",
-            )
-            first_delivery = min(at for _, _, at in list(delivered) if at > promoted)
-            after = len(answers.accepted(after=promoted))
-            wait_until(lambda: len(answers.accepted(after=promoted)) >= after + 100, what="traffic after")
-            stop.set()
-            for client in clients:
-                client.join(timeout=30)
+            with failover.scheduling(base, token, answers) as stop:
+                wait_until(
+                    lambda: len(answers.accepted()) >= 100 and len(delivered.snapshot()) >= 20, what="traffic before"
+                )
+                killed, promoted = failover.fail_over(pair, answers)
+                wait_until(lambda: answers.accepted(after=promoted), timeout=30, what="a 2xx after promotion")
+                first_accepted = min(at for _, s, _, at in answers.snapshot() if 200 <= s < 300 and at >= promoted)
+                wait_until(lambda: delivered.after(promoted), timeout=30, what="a delivery after promotion")
+                first_delivery = min(at for _, _, at in delivered.snapshot() if at > promoted)
+                after = len(answers.accepted(after=promoted))
+                wait_until(lambda: len(answers.accepted(after=promoted)) >= after + 100, what="traffic after")
+                stop()
 
             # The lease of before: acked once, or redelivered with its redelivery counted.
             acked = http.post(f"/v1/leases/{lease['lease_id']}/ack")
@@ -204,43 +99,21 @@ def test_failover_to_a_synchronous_standby_loses_nothing_and_the_processes_recon
             timeline = http.get("/v1/queues/pulls/events/held/timeline").json()["entries"]
             assert [e["action"] for e in timeline].count("delivered") == 1
 
-            seen = answers.snapshot()
-            statuses = {status for _, status, _, _ in seen}
-            assert statuses <= {202, 503}, statuses  # never a 500, never a dropped connection
-            assert all(retry for _, status, retry, _ in seen if status == 503)
-            accepted = {key for key, status, _, _ in seen if status == 202}
             # every event answered 2xx, before or after the failover, is there and is delivered
-            wait_until(
-                lambda: accepted <= {key for key, _, _ in list(delivered)},
-                timeout=30,
-                what=lambda: f"{len(accepted - {k for k, _, _ in delivered})} accepted events not delivered",
-            )
+            accepted = failover.check_answers(answers)
+            duplicates = failover.check_delivered(url, "jobs", accepted, delivered)
             all_delivered = time.monotonic()
-            store = Store(create_engine(url, pool_size=1))
-            try:
-                missing = [key for key in sorted(accepted) if not _kept(store, key)]
-                duplicates = _duplicates(delivered)
-                for key, counts in duplicates.items():
-                    # a second delivery is a redelivery, and says so
-                    assert max(counts) >= 1, (key, counts)
-                    assert store.events.get("jobs", key).redeliver_count >= 1
-            finally:
-                store.engine.dispose()
-            assert missing == []
-            refused = sum(1 for _, status, _, _ in seen if status == 503)
+            refused = answers.refused_after(0.0)
     finally:
-        stop.set()
-        for client in clients:
-            client.join(timeout=30)
         worker.stop()
         close_app(app)
 
-    _report(
+    failover.report(
         "failover",
         {
-            "machine": f"{platform.machine()}, {_cpus()} cores, loopback, PostgreSQL 15, fsync off",
+            "machine": f"{platform.machine()}, {failover.cpus()} cores, loopback, PostgreSQL 15, fsync off",
             "events_answered_2xx": len(accepted),
-            "events_lost": len(missing),
+            "events_lost": 0,
             "answered_503_while_no_primary": refused,
             "delivered_twice": len(duplicates),
             "kill_to_promotion_seconds": round(promoted - killed, 3),
@@ -252,32 +125,6 @@ def test_failover_to_a_synchronous_standby_loses_nothing_and_the_processes_recon
     )
 
 
-def _kept(store: Store, key: str) -> bool:
-    try:
-        store.events.get("jobs", key)
-    except NotFound:
-        return False
-    return True
-
-
-def _duplicates(delivered: list[tuple[str, int, float]]) -> dict[str, list[int]]:
-    by_key: dict[str, list[int]] = {}
-    for key, redeliveries, _ in delivered:
-        by_key.setdefault(key, []).append(redeliveries)
-    return {key: counts for key, counts in by_key.items() if len(counts) > 1}
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 0
-
-
-def _report(name: str, measured: dict[str, Any]) -> None:
-    """Print what was measured (pytest -s shows it), for docs/deploy.md."""
-    print(f"\n{name}: {json.dumps(measured)}")
-
-
 def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
     url = pair.url()
     replica_url = pair.standby.url("tickler")
@@ -285,7 +132,7 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
         database_url=url, read_database_url=replica_url, read_max_lag_seconds=1.0, migrate_on_start=False, pool_size=4
     )
     setup_engine = create_engine(url, pool_size=1)
-    token = _admin(Store(setup_engine))
+    token = failover.admin(Store(setup_engine))
     setup_engine.dispose()
     app = create_app(settings, configure_logs=False)
     reads = app.extensions["tickler"].store.reads
@@ -311,11 +158,17 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
             def on_replica() -> bool:
                 return reads.engine() is reads.replica  # measures again when the last measure is a second old
 
+            def command_reads_on() -> int:
+                """The port `tickler queues list`'s plain connection reads from."""
+                with open_reader(settings, may_lag=True) as conn:
+                    return int(conn.info.port)
+
             assert http.post("/v1/queues/jobs/events", json={"item_key": "first", "data": {}}).status_code == 202
             wait_until(lambda: found("first"), what="the first event found")
             wait_until(on_replica, what="reads on the replica")
             assert gauges()["tickler_read_replica_in_use"] == 1
             assert gauges()["tickler_read_replica_lag_seconds"] <= 1.0
+            assert command_reads_on() == pair.standby.port
 
             _every_lagging_read_runs_on(replica_url, "first")
 
@@ -340,6 +193,7 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
             metrics = gauges()
             assert metrics["tickler_read_replica_in_use"] == 0
             assert metrics["tickler_read_replica_lag_seconds"] > 1.0
+            assert command_reads_on() == pair.primary.port
             # the timeline and the queue's counts answer from the primary too
             assert http.get("/v1/queues/jobs/events/second/timeline").status_code == 200
             assert http.get("/v1/queues/jobs").json()["counts"]["pending"] >= 2
@@ -354,9 +208,10 @@ def test_a_lagging_replica_sends_the_reads_to_the_primary(pair: Pair) -> None:
             wait_until(lambda: not on_replica() and found("second"), timeout=10, what="reads off a dead replica")
             assert gauges()["tickler_read_replica_in_use"] == 0
             assert read_url(url, replica_url, max_lag_seconds=1.0) == url
+            assert command_reads_on() == pair.primary.port
     finally:
         close_app(app)
-    _report("lagging_replica", {"replay_paused_to_reads_on_primary_seconds": round(moved, 3)})
+    failover.report("lagging_replica", {"replay_paused_to_reads_on_primary_seconds": round(moved, 3)})
 
 
 def test_failing_back_to_the_old_primary_rebuilt_as_a_standby(pair: Pair) -> None:
@@ -365,7 +220,7 @@ def test_failing_back_to_the_old_primary_rebuilt_as_a_standby(pair: Pair) -> Non
     and every event answered 2xx across both failovers is there at the end."""
     url = pair.url()
     setup_engine = create_engine(url, pool_size=1)
-    token = _admin(Store(setup_engine))
+    token = failover.admin(Store(setup_engine))
     setup_engine.dispose()
     app = create_app(Settings(database_url=url, migrate_on_start=False, pool_size=4), configure_logs=False)
     accepted: list[str] = []

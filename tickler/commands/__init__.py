@@ -44,7 +44,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
     if plain(args):
         try:
-            conn = open_reader(settings)
+            # queue counts may lag: the replica's (TICKLER_READ_DATABASE_URL) while it is close enough
+            conn = open_reader(settings, may_lag=args.command == "queues")
         except NoDatabase as error:
             print(f"tickler: {error}", file=sys.stderr)
             return 2

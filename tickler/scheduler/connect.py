@@ -26,6 +26,11 @@ EMBEDDED_DATABASE = "tickler"
 # Settings.connect_timeout (TICKLER_CONNECT_TIMEOUT) is what the service and the commands pass.
 DEFAULT_CONNECT_TIMEOUT = 10
 
+# A read replica that does not answer a new connection within this many seconds is "unreachable":
+# the reads that may lag go to the primary meanwhile (a request must not wait for a replica that
+# is gone). scheduler/replica.py's engines and the command line's plain reads alike.
+REPLICA_CONNECT_TIMEOUT = 2
+
 _log = logging.getLogger("tickler.database")
 
 _embedded_servers: dict[Path, Any] = {}

@@ -23,16 +23,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tickler.config import Settings
+from tickler.scheduler.connect import REPLICA_CONNECT_TIMEOUT
 from tickler.scheduler.db import create_engine, driver_rows, unavailable_reason
 from tickler.scheduler.sql import driver_sql
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-
-# A replica that does not answer a new connection within this many seconds is "unreachable":
-# the reads go to the primary meanwhile (a request must not wait for a replica that is gone).
-REPLICA_CONNECT_TIMEOUT = 2
 
 
 class ReadEngines:
