@@ -184,6 +184,19 @@ def test_search_sorts_by_last_change(tickler: Client) -> None:
     assert "sort" in caught.value.errors
 
 
+def test_search_by_due_time_window(tickler: Client) -> None:
+    now = datetime.now(UTC)
+    tickler.schedule("emails", "past", schedule_on=now - timedelta(minutes=5))
+    tickler.schedule("emails", "soon", schedule_on=now + timedelta(minutes=30))
+    tickler.schedule("emails", "later", schedule_on=now + timedelta(hours=3))
+    window = tickler.search("emails", due_from=now, due_until=now + timedelta(hours=1))
+    assert [e.item_key for e in window] == ["soon"]
+    assert [e.item_key for e in tickler.search("emails", status="due", due_until=now)] == ["past"]
+    with pytest.raises(ValidationError) as caught:
+        list(tickler.search("emails", due_until=datetime(2026, 1, 1)))  # naive: refused before a request
+    assert "due_until" in caught.value.errors
+
+
 def test_search_validation_is_per_field(tickler: Client) -> None:
     with pytest.raises(ValidationError) as caught:
         list(tickler.search("emails", status="lost"))

@@ -212,11 +212,15 @@ def search_page(
     priority: int | None = None,
     fairness_key: str | None = None,
     sort: str | None = None,
+    due_from: datetime | str | None = None,
+    due_until: datetime | str | None = None,
 ) -> Call[Page]:
     """One page of `search` (ordered by `schedule_on`, then id, unless `sort` says `-due`, or
     `changed` / `-changed`: by when each event last changed, oldest / newest first); pass its
-    `next_cursor` back (with the same `sort`) for the next. `limit` is the old name of
-    `page_size` (deprecated). Retried.
+    `next_cursor` back (with the same `sort`) for the next. `due_from` / `due_until`: only events
+    due at or after / at or before these times (aware datetimes or RFC 3339 text); with
+    `status="due"`, the events already due by `due_until`. `limit` is the old name of `page_size`
+    (deprecated). Retried.
 
     >>> page = client.search_page("emails", status="dead", page_size=50)
     >>> page = client.search_page("emails", status="dead", page_size=50, cursor=page.next_cursor)
@@ -233,6 +237,8 @@ def search_page(
         priority=None if priority is None else str(priority),
         fairness_key=fairness_key,
         sort=sort,
+        due_from=None if due_from is None else timestamp(due_from, "due_from"),
+        due_until=None if due_until is None else timestamp(due_until, "due_until"),
     )
     return Call("GET", f"/v1/queues/{segment(queue)}/events", _page, params=params, safe=True)
 

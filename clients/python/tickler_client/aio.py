@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable
+from datetime import datetime
 from types import TracebackType
 
 from tickler_client import _erasures, _events, _leases, _queues, _tokens
@@ -97,6 +98,8 @@ class AsyncClient(AwaitsSends):
         priority: int | None = None,
         fairness_key: str | None = None,
         sort: str | None = None,
+        due_from: datetime | str | None = None,
+        due_until: datetime | str | None = None,
     ) -> AsyncIterator[Event]:
         """Every matching event, page after page, as an async iterator (see `Client.search`).
 
@@ -115,6 +118,8 @@ class AsyncClient(AwaitsSends):
                 priority=priority,
                 fairness_key=fairness_key,
                 sort=sort,
+                due_from=due_from,
+                due_until=due_until,
             )
             for event in page.events:
                 yield event

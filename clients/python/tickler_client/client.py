@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
 from types import TracebackType
 
 from tickler_client import _erasures, _events, _leases, _queues, _tokens
@@ -115,6 +116,8 @@ class Client(Sends):
         priority: int | None = None,
         fairness_key: str | None = None,
         sort: str | None = None,
+        due_from: datetime | str | None = None,
+        due_until: datetime | str | None = None,
     ) -> Iterator[Event]:
         """Every matching event, fetching page after page (`page_size` each) as you iterate.
         `status` is one status or several; `sort`: `due` (the default), `-due`, `changed` or
@@ -135,6 +138,8 @@ class Client(Sends):
                 priority=priority,
                 fairness_key=fairness_key,
                 sort=sort,
+                due_from=due_from,
+                due_until=due_until,
             )
             yield from page.events
             if page.next_cursor is None:
