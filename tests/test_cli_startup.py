@@ -55,7 +55,7 @@ def test_token_list_imports_no_store_either(database_url: str, store: Store) -> 
     store.tokens.create("reporting", queues=["emails"], is_admin=False)
     code, table, imported = _imports_of(["token", "list"], database_url)
     header, *rows = table.splitlines()
-    assert code == 0 and header.split() == ["ID", "NAME", "SCOPE", "CREATED", "STATE"], table
+    assert code == 0 and header.split() == ["ID", "NAME", "SCOPE", "CREATED", "LAST", "USED", "STATE"], table
     assert [row.split()[1:3] for row in rows] == [["reporting", "emails"]] and rows[0].endswith("active"), table
     assert imported == []
 
