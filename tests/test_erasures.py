@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +115,8 @@ def test_an_erased_subject_is_gone_from_events_history_timeline_and_a_dump(
     keys = subject_history(client, token, admin_token)
     in_flight = [lease for lease in claim(client, token) if lease["events"][0]["item_key"] == keys["in_flight"]]
     assert not in_flight  # it is held by its first lease, still live
-    [[in_flight_lease]] = raw.execute(
-        "SELECT lease_id::text FROM tickler_event WHERE item_key = %s", [keys["in_flight"]]
+    [[in_flight_lease, in_flight_event_id]] = raw.execute(
+        "SELECT lease_id::text, id FROM tickler_event WHERE item_key = %s", [keys["in_flight"]]
     ).fetchall()
     assert MARK in dump(database_url)
     before = counts(client, admin_token)
@@ -130,7 +131,21 @@ def test_an_erased_subject_is_gone_from_events_history_timeline_and_a_dump(
 
     item_keys = [keys["in_flight"], keys["failed_once"]]
     item_key_erasure = erase(client, admin_token, item_keys=item_keys, queues=["emails"]).json
-    assert run_erasures(engine) == [erasure["id"], item_key_erasure["id"]]
+    assert run_erasures(engine) == [erasure["id"]]
+    # the other took a lease away: it waits for the lease's end, when its holder stops sending
+    waiting = client.get(f"/v1/erasures/{item_key_erasure['id']}", headers=auth(admin_token)).json
+    assert waiting["status"] == "running" and waiting["counts"]["open_events"] == 2
+    [[lease_ends, recorded]] = raw.execute(
+        "SELECT e.lease_expires_on, r.leases_end_at FROM tickler_event_history AS e, tickler_erasure AS r"
+        " WHERE e.id = %s AND r.id = %s",
+        [in_flight_event_id, item_key_erasure["id"]],
+    ).fetchall()
+    assert lease_ends is None and recorded is not None and recorded > datetime.now(UTC)
+    assert run_erasures(engine) == []  # still held
+    raw.execute(
+        "UPDATE tickler_erasure SET leases_end_at = now() - interval '1 minute' WHERE id = %s", [item_key_erasure["id"]]
+    )
+    assert run_erasures(engine) == [item_key_erasure["id"]]
 
     done = client.get(f"/v1/erasures/{erasure['id']}", headers=auth(admin_token)).json
     assert done["status"] == "done" and done["finished_at"] and done["reason"] == "subject asked"

@@ -29,7 +29,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from tickler.config import WorkerSettings
 from tickler.scheduler import erasing, history, metrics, recurring, statistics, tracing, upkeep
 from tickler.scheduler.db import unavailable_reason
-from tickler.scheduler.delivery import AsyncDeliverer, Dead, Delivered, Deliverer, Failed, Outcome
+from tickler.scheduler.delivery import AsyncDeliverer, Dead, Delivered, Deliverer, Failed, LeaseEnded, Outcome
 from tickler.scheduler.delivery.loop import LoopThread
 from tickler.scheduler.finisher import Finisher
 from tickler.scheduler.lease_keeper import LeaseKeeper
@@ -271,6 +271,7 @@ class Dispatcher:
                     if free <= 0 or (busy and free < self._claim_threshold(queue)):
                         continue  # a delivery finishing will wake this loop
                     claim_started = time.time_ns()
+                    claim_began = time.monotonic()  # the leases' deadline counts from here (lease_keeper.py)
                     claim = self.store.leases.claim_within_limits(
                         queue,
                         worker=self.config.worker_name,
@@ -282,7 +283,7 @@ class Dispatcher:
                     if claim.leases:
                         _trace_claim(queue.name, claim.leases, claim_started)
                         # A limited queue's claim read its settings in its own snapshot: fresher.
-                        self._submit(claim.queue or queue, claim.leases)
+                        self._submit(claim.queue or queue, claim.leases, claim_began)
                 failures = 0
                 if done.claimed >= self.config.batch_size // 4 and not done.held:
                     continue  # a good batch: there may be more due right away
@@ -305,8 +306,7 @@ class Dispatcher:
                 log.warning("claim_loop_database_error", error=str(error).splitlines()[0], retry_in=delay)
                 self._stopping.wait(delay)
 
-    def _submit(self, queue: Queue, leases: list[Lease]) -> None:
-        claimed_at = time.monotonic()
+    def _submit(self, queue: Queue, leases: list[Lease], claimed_at: float) -> None:
         looped = self._looped_queue(queue)
         with self._lock:
             stopping = self._stopping.is_set()
@@ -344,6 +344,11 @@ class Dispatcher:
             # single event's continues its producer's trace.
             with _attempt_span(queue.name, lease) as attempt:
                 deliverer = self.deliverers.get(queue.name)
+                if self.keeper.deadline(lease.lease_id) <= time.monotonic():
+                    # It waited for a delivery thread past its lease: maybe taken away (an erasure)
+                    # or claimed again elsewhere. Not started; the reaper ends it.
+                    log.warning("lease_ended_before_delivery", queue=queue.name, lease_id=lease.lease_id)
+                    return
                 if deliverer is None:
                     outcome = Failed("no deliverer for this queue in this worker")
                 else:
@@ -365,7 +370,12 @@ class Dispatcher:
             with _attempt_span(queue.name, lease) as attempt:  # current in this task: the request carries it
                 assert self.webhook is not None
                 try:
-                    outcome = await self.webhook.deliver(queue, lease)
+                    outcome = await self.webhook.deliver(queue, lease, lambda: self.keeper.deadline(lease.lease_id))
+                except LeaseEnded:
+                    # It waited (for the loop, a connection) past its lease: maybe taken away (an
+                    # erasure) or claimed again elsewhere. Nothing was sent; the reaper ends it.
+                    log.warning("lease_ended_before_request", queue=queue.name, lease_id=lease.lease_id)
+                    return
                 except Exception as error:  # a deliverer's own bug must not lose the lease
                     log.exception("deliverer_error", queue=queue.name)
                     outcome = Failed(f"{type(error).__name__}: {error}")

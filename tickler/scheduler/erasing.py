@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 import structlog
 
 from tickler.scheduler.errors import Invalid
 from tickler.scheduler.store.dashboard import DashboardStore
-from tickler.scheduler.store.erasures import Erasure, ErasureStore, Selector
+from tickler.scheduler.store.erasures import Erasure, ErasureStore, Selector, Walk
 from tickler.scheduler.store.queues import QueueStore
 
 log = structlog.get_logger(__name__)
@@ -39,6 +40,15 @@ INTERVAL_SECONDS = 5.0
 # A finished event is looked for once more, under the lock that closes the erasure, if it
 # finished this long before the last pass began (a finish commits after its clock was read).
 FINISH_MARGIN = timedelta(minutes=10)
+# An erasure that took leases away is done this long after the last of them expired: their holders
+# stop sending at their lease's end (the dispatcher checks it before each request), and what was
+# sent just before has reached the receiver by then.
+LEASE_MARGIN_SECONDS = 2.0
+# The walk through history: each range of dequeued_on is sized to take about this long to read.
+WALK_SECONDS = 0.1
+MIN_WALK_STEP = timedelta(seconds=1)
+MAX_WALK_STEP = timedelta(days=31)
+EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
 # What `note` says of an erasure done in the database while the archive has files: they are next.
 ARCHIVE_NOTE = "The database holds nothing of the subject; the archive's files wait for `tickler pipeline erase`."
 
@@ -117,29 +127,68 @@ class Eraser:
         return [erasure_id for erasure_id in self.store.unfinished() if self.run(erasure_id)]
 
     def run(self, erasure_id: int) -> bool:
-        """Erase batch after batch until nothing is left, then close the erasure (False: it could
-        not take the short lock that closes it; a later run does). Database errors propagate."""
+        """Erase batch after batch until nothing is left, walking history range by range, then
+        close the erasure (False: it could not take the short lock that closes it, or a lease it
+        took away has not expired yet; a later run does). Database errors propagate."""
         hashed = self.hasher.bound()
-        idle = 0
         while True:
-            since = self.store.now() - FINISH_MARGIN
-            values = self.store.values(erasure_id, self.batch_rows)
-            if values:
-                erased = self.store.erase_batch(erasure_id, {v: hashed(v) for v in values}, self.batch_rows)
-                # A batch that erased nothing met rows changed since their values were read; twice
-                # in a row is not worth spinning on: a later run goes on.
-                idle = 0 if erased else idle + 1
-                if idle >= 2:
+            found = self.store.walk(erasure_id)
+            if found is not None:
+                walked_to, oldest_day, now = found
+                # Resumed: from a margin before, for finishes that committed after their range was read.
+                start = EARLIEST if walked_to is None else walked_to - FINISH_MARGIN
+                if not self._walk(erasure_id, hashed, start, oldest_day if walked_to is None else None, now):
                     return False
-                continue
+                since = now - FINISH_MARGIN
+            else:
+                since = self.store.now() - FINISH_MARGIN
+            if not self._batches(erasure_id, hashed, None):
+                return False
             try:
-                if self.store.finish(erasure_id, since, ARCHIVE_NOTE):
-                    log.info("erasure_done", erasure_id=erasure_id)
-                    return True
+                finished = self.store.finish(erasure_id, since, ARCHIVE_NOTE, LEASE_MARGIN_SECONDS)
             except sa.exc.OperationalError as error:
                 if getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                     raise
                 return False  # writers held the open events: the next run closes it
+            if finished == "done":
+                log.info("erasure_done", erasure_id=erasure_id)
+                return True
+            if finished == "leases_held":
+                return False  # a holder may still be sending: a run after the leases' expiry closes it
+            self.store.walked(erasure_id, since)  # rows finished since the walk began: again from there
+
+    def _walk(
+        self, erasure_id: int, hashed: Callable[[str], str], start: datetime, first_to: datetime | None, end: datetime
+    ) -> bool:
+        """Walk history from `start` to `end` by ranges of dequeued_on, each sized to take about
+        WALK_SECONDS to read (the first, from the earliest time, ends at the oldest day's start)."""
+        step = timedelta(hours=1)
+        while start < end:
+            to = first_to if first_to is not None and first_to < end else min(start + step, end)
+            first_to = None
+            began = time.monotonic()
+            if not self._batches(erasure_id, hashed, (start, to)):
+                return False
+            took = time.monotonic() - began
+            if took < WALK_SECONDS / 4:
+                step = min(step * 2, MAX_WALK_STEP)
+            elif took > WALK_SECONDS:
+                step = max(step / 2, MIN_WALK_STEP)
+            self.store.walked(erasure_id, to)
+            start = to
+        return True
+
+    def _batches(self, erasure_id: int, hashed: Callable[[str], str], walk: Walk | None) -> bool:
+        """Erase batches of open events and the walk's range (or, without one, timeline keys)
+        until none is left; False when two batches in a row erased nothing (rows changed since
+        their values were read: not worth spinning on, a later run goes on)."""
+        idle = 0
+        while values := self.store.values(erasure_id, self.batch_rows, walk):
+            erased = self.store.erase_batch(erasure_id, {v: hashed(v) for v in values}, self.batch_rows, walk)
+            idle = 0 if erased else idle + 1
+            if idle >= 2:
+                return False
+        return True
 
     def run_or_fail(self, erasure_id: int) -> bool:
         """run(), with a mistake of the data (not of the database's availability) failing the erasure."""

@@ -36,13 +36,28 @@ SELECT id FROM tickler_erasure WHERE finished_at IS NULL AND database_done_at IS
 
 -- name: erasure_values
 -- The values of the rows the erasure's next batch erases, in clear, for the runner to hash.
-SELECT v AS value FROM tickler_erasure_values(:id, :limit) AS v;
+-- With a range of the walk through history [from, to); without (from NULL), timeline keys.
+SELECT v AS value
+FROM tickler_erasure_values(:id, :limit, CAST(:from AS timestamptz), CAST(:to AS timestamptz)) AS v;
 
 -- name: erase_batch
-SELECT tickler_erase_batch(:id, CAST(:hashes AS jsonb), :limit) AS erased;
+SELECT tickler_erase_batch(:id, CAST(:hashes AS jsonb), :limit, CAST(:from AS timestamptz),
+                          CAST(:to AS timestamptz)) AS erased;
 
 -- name: finish_erasure
-SELECT tickler_erasure_finish(:id, CAST(:since AS timestamptz), CAST(:note AS text)) AS finished;
+SELECT tickler_erasure_finish(:id, CAST(:since AS timestamptz), CAST(:note AS text),
+                              make_interval(secs => :lease_margin)) AS finished;
+
+-- name: erasure_walk
+-- Where the erasure's walk through history resumes (NULL: from the start), where the oldest day
+-- of history begins, and the time now.
+SELECT w.history_walked_to AS walked_to, now() AS now,
+       (SELECT min(p.day_from) FROM tickler_history_partition AS p
+        WHERE p.parent = 'tickler_event_history' AND p.day_table IS NULL) AS oldest_day
+FROM tickler_erasure_work AS w WHERE w.erasure_id = :id;
+
+-- name: erasure_walked
+SELECT tickler_erasure_walked(:id, CAST(:to AS timestamptz));
 
 -- name: fail_erasure
 SELECT tickler_erasure_fail(:id, CAST(:note AS text));

@@ -22,15 +22,27 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         # lease id -> (when to extend it next, monotonic; its length in seconds)
         self._running: dict[str, tuple[float, float]] = {}
+        # lease id -> when it ends at the latest, monotonic: from a time read before the statement
+        # that took or extended it (the database's expiry is no earlier); -inf once found lost.
+        self._deadlines: dict[str, float] = {}
 
     def track(self, lease_id: str, *, claimed_at: float, seconds: float) -> None:
-        """A delivery under this lease started (its lease was claimed at `claimed_at`, monotonic)."""
+        """A delivery under this lease started (its lease was claimed at `claimed_at`, monotonic,
+        read before the claim began)."""
         with self._lock:
             self._running[lease_id] = (claimed_at + seconds / 2, seconds)
+            self._deadlines[lease_id] = claimed_at + seconds
+
+    def deadline(self, lease_id: str) -> float:
+        """When this lease ends at the latest (monotonic): after that, nothing is sent under it
+        (an erasure may have taken it away, and waits only that long). -inf: not tracked or lost."""
+        with self._lock:
+            return self._deadlines.get(lease_id, float("-inf"))
 
     def untrack(self, lease_id: str) -> None:
         with self._lock:
             self._running.pop(lease_id, None)
+            self._deadlines.pop(lease_id, None)
 
     def running(self) -> list[str]:
         """Leases of deliveries still running."""
@@ -48,6 +60,7 @@ class LeaseKeeper:
                 if at <= now:
                     due.setdefault(seconds, []).append(lease_id)
         for seconds, lease_ids in due.items():
+            asked = time.monotonic()
             try:
                 live = self.store.leases.extend_many(lease_ids, seconds=seconds)
             except Exception as error:
@@ -62,9 +75,11 @@ class LeaseKeeper:
                         continue  # finished meanwhile
                     if lease_id in live:
                         self._running[lease_id] = (next_at, seconds)
+                        self._deadlines[lease_id] = asked + seconds
                     else:
                         log.warning("heartbeat_on_stale_lease", lease_id=lease_id)
                         self._running[lease_id] = (float("inf"), seconds)  # lost: its outcome will be refused as stale
+                        self._deadlines[lease_id] = float("-inf")  # and nothing more is sent under it
 
     def reap(self) -> None:
         """End expired leases (every queue): their events are claimable again, or dead."""

@@ -50,9 +50,14 @@ LANGUAGE sql STABLE AS $$
     LIMIT p_limit
 $$;
 
--- The finished events an erasure matches while its database part goes on (at most p_limit; finished at or after
--- p_since when given). History has no index by key or group: this reads it.
-CREATE OR REPLACE FUNCTION tickler_erasure_history_rows(p_erasure_id bigint, p_limit integer, p_since timestamptz)
+-- The finished events an erasure matches while its database part goes on (at most p_limit) that
+-- finished in [p_from, p_to) (p_to NULL: up to now). History has no index by key or group (one on
+-- every ack would cost WAL): the runner walks it by ranges of dequeued_on instead, each read
+-- through the days' partitions and their BRIN index on dequeued_on (finished events are appended
+-- in about the order they finish), so a range costs what it holds, not the whole history.
+DROP FUNCTION IF EXISTS tickler_erasure_history_rows(bigint, integer, timestamptz);
+CREATE OR REPLACE FUNCTION tickler_erasure_history_rows(p_erasure_id bigint, p_limit integer, p_from timestamptz,
+                                                        p_to timestamptz)
 RETURNS TABLE (queue text, id bigint, dequeued_on timestamptz)
 LANGUAGE sql STABLE AS $$
     SELECT h.queue, h.id, h.dequeued_on
@@ -63,7 +68,7 @@ LANGUAGE sql STABLE AS $$
      AND (h.group_key = w.group_key OR h.item_key = ANY(w.item_keys)
           OR (h.item_key >= w.item_key_prefix AND (w.item_key_prefix_end IS NULL OR h.item_key < w.item_key_prefix_end)))
     WHERE r.id = p_erasure_id AND r.database_done_at IS NULL
-      AND (p_since IS NULL OR h.dequeued_on >= p_since)
+      AND h.dequeued_on >= p_from AND (p_to IS NULL OR h.dequeued_on < p_to)
     LIMIT p_limit
 $$;
 
@@ -96,8 +101,12 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- The values (keys, groups, fairness keys) of the rows the next batch of this erasure would
--- erase: what the caller hashes for tickler_erase_batch. None: nothing is left to erase.
-CREATE OR REPLACE FUNCTION tickler_erasure_values(p_erasure_id bigint, p_limit integer) RETURNS SETOF text
+-- erase: what the caller hashes for tickler_erase_batch. None: nothing is left to erase. With a
+-- range [p_from, p_to) of the walk through history: open events, else finished events of that
+-- range; without (p_from NULL, the walk is over): open events, else keys only the timeline holds.
+DROP FUNCTION IF EXISTS tickler_erasure_values(bigint, integer);
+CREATE OR REPLACE FUNCTION tickler_erasure_values(p_erasure_id bigint, p_limit integer, p_from timestamptz,
+                                                  p_to timestamptz) RETURNS SETOF text
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY
@@ -108,16 +117,16 @@ BEGIN
     IF FOUND THEN
         RETURN;
     END IF;
+    IF p_from IS NULL THEN
+        RETURN QUERY SELECT DISTINCT k.item_key FROM tickler_erasure_timeline_keys(p_erasure_id, p_limit) AS k;
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT DISTINCT v.value
-    FROM tickler_erasure_history_rows(p_erasure_id, p_limit, NULL) AS x
+    FROM tickler_erasure_history_rows(p_erasure_id, p_limit, p_from, p_to) AS x
     JOIN tickler_event_history AS h ON h.queue = x.queue AND h.id = x.id AND h.dequeued_on = x.dequeued_on
     CROSS JOIN LATERAL (VALUES (h.item_key), (h.group_key), (nullif(h.fairness_key, ''))) AS v (value)
     WHERE v.value IS NOT NULL;
-    IF FOUND THEN
-        RETURN;
-    END IF;
-    RETURN QUERY SELECT DISTINCT k.item_key FROM tickler_erasure_timeline_keys(p_erasure_id, p_limit) AS k;
 END
 $$;
 
@@ -151,11 +160,13 @@ $$;
 
 -- One batch of an erasure, in the caller's transaction: the first place that has matching rows
 -- whose values p_hashes maps — open events (at most p_limit: cancelled, reason `erased`, their
--- lease fenced), else finished events (at most p_limit), else timeline keys (at most p_limit) —
--- erased, with every timeline entry of their keys, and counted on the erasure. The erasure row is
--- locked first: one batch of an erasure at a time. Returns the rows erased (0: nothing in the map
--- was left).
-CREATE OR REPLACE FUNCTION tickler_erase_batch(p_erasure_id bigint, p_hashes jsonb, p_limit integer) RETURNS bigint
+-- lease fenced), else finished events of the walk's range [p_from, p_to) (at most p_limit), or
+-- with no range, timeline keys (at most p_limit) — erased, with every timeline entry of their
+-- keys, and counted on the erasure. The erasure row is locked first: one batch of an erasure at a
+-- time. Returns the rows erased (0: nothing in the map was left).
+DROP FUNCTION IF EXISTS tickler_erase_batch(bigint, jsonb, integer);
+CREATE OR REPLACE FUNCTION tickler_erase_batch(p_erasure_id bigint, p_hashes jsonb, p_limit integer,
+                                               p_from timestamptz, p_to timestamptz) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_erasure   tickler_erasure;
@@ -166,6 +177,7 @@ DECLARE
     v_finished  timestamptz[];
     v_events    bigint := 0;
     v_entries   bigint := 0;
+    v_lease_end timestamptz;
 BEGIN
     SELECT * INTO v_erasure FROM tickler_erasure WHERE id = p_erasure_id FOR UPDATE;
     IF NOT FOUND OR v_erasure.database_done_at IS NOT NULL THEN
@@ -174,10 +186,12 @@ BEGIN
 
     -- 1. Open events: locked (a claim skips them meanwhile), then finished as cancelled with their
     --    values replaced; the statement's triggers end the lease and move them into history, so
-    --    an ack or nack of that lease finds nothing (409).
-    SELECT array_agg(e.id ORDER BY e.id), array_agg(e.queue ORDER BY e.id), array_agg(e.item_key ORDER BY e.id)
-    INTO v_ids, v_queues, v_keys
-    FROM (SELECT e.id, e.queue, e.item_key FROM tickler_event AS e
+    --    an ack or nack of that lease finds nothing (409). The latest expiry of the leases taken
+    --    away is kept: the erasure is done only once it has passed (tickler_erasure_finish).
+    SELECT array_agg(e.id ORDER BY e.id), array_agg(e.queue ORDER BY e.id), array_agg(e.item_key ORDER BY e.id),
+           max(e.lease_expires_on)
+    INTO v_ids, v_queues, v_keys, v_lease_end
+    FROM (SELECT e.id, e.queue, e.item_key, e.lease_expires_on FROM tickler_event AS e
           WHERE e.id = ANY(ARRAY(SELECT tickler_erasure_open_ids(p_erasure_id, p_limit)))
             AND e.dequeued_on IS NULL AND p_hashes ? e.item_key
             AND (e.group_key IS NULL OR p_hashes ? e.group_key)
@@ -219,53 +233,59 @@ BEGIN
         WHERE f.queue = ANY(v_queues) AND f.after_key <> '' AND p_hashes ? f.after_key;
         UPDATE tickler_erasure
         SET status = 'running', started_at = coalesce(started_at, v_now),
-            open_events = open_events + v_events, timeline_entries = timeline_entries + v_entries
+            open_events = open_events + v_events, timeline_entries = timeline_entries + v_entries,
+            leases_end_at = greatest(leases_end_at, v_lease_end)
         WHERE id = p_erasure_id;
         RETURN v_events + v_entries;
     END IF;
 
-    -- 2. Finished events: their values replaced in place (outcome, times and counts stay: the
-    --    counters and statistics do not change).
-    SELECT array_agg(h.id), array_agg(h.queue), array_agg(h.item_key), array_agg(h.dequeued_on)
-    INTO v_ids, v_queues, v_keys, v_finished
-    FROM (SELECT h.id, h.queue, h.item_key, h.dequeued_on FROM tickler_event_history AS h
-          JOIN tickler_erasure_history_rows(p_erasure_id, p_limit, NULL) AS x
-            ON h.queue = x.queue AND h.id = x.id AND h.dequeued_on = x.dequeued_on
-          WHERE p_hashes ? h.item_key AND (h.group_key IS NULL OR p_hashes ? h.group_key)
-            AND (h.fairness_key = '' OR p_hashes ? h.fairness_key)
-          FOR UPDATE OF h) AS h;
-    IF v_ids IS NOT NULL THEN
-        WITH changed AS (
-            UPDATE tickler_event_history AS h
-            SET item_key = p_hashes ->> h.item_key,
-                group_key = p_hashes ->> h.group_key,
-                fairness_key = coalesce(p_hashes ->> nullif(h.fairness_key, ''), ''),
-                data = '{}', last_error = CASE WHEN h.last_error IS NOT NULL THEN 'erased' END,
-                traceparent = NULL, tracestate = NULL
-            FROM unnest(v_queues, v_ids, v_finished) AS x (queue, id, dequeued_on)
-            WHERE h.queue = x.queue AND h.id = x.id AND h.dequeued_on = x.dequeued_on
-            RETURNING h.queue, h.item_key, h.group_key
-        ),
-        remembered AS (
-            INSERT INTO tickler_erased_value (erasure_id, queue, kind, value_hash)
-            SELECT DISTINCT p_erasure_id, c.queue, v.kind, v.hash
-            FROM changed AS c
-            CROSS JOIN LATERAL (VALUES ('item_key', c.item_key), ('group_key', c.group_key)) AS v (kind, hash)
-            WHERE v.hash IS NOT NULL
-            ON CONFLICT DO NOTHING
-        )
-        SELECT count(*) INTO v_events FROM changed;
-        SELECT array_agg(k.queue), array_agg(k.item_key) INTO v_queues, v_keys
-        FROM (SELECT DISTINCT q.queue, q.item_key FROM unnest(v_queues, v_keys) AS q (queue, item_key)) AS k;
-        v_entries := tickler_erase_timeline(v_queues, v_keys, p_hashes);
-        UPDATE tickler_erasure
-        SET status = 'running', started_at = coalesce(started_at, v_now),
-            finished_events = finished_events + v_events, timeline_entries = timeline_entries + v_entries
-        WHERE id = p_erasure_id;
-        RETURN v_events + v_entries;
+    -- 2. Finished events of the range: their values replaced in place (outcome, times and counts
+    --    stay: the counters and statistics do not change).
+    IF p_from IS NOT NULL THEN
+        SELECT array_agg(h.id), array_agg(h.queue), array_agg(h.item_key), array_agg(h.dequeued_on)
+        INTO v_ids, v_queues, v_keys, v_finished
+        FROM (SELECT h.id, h.queue, h.item_key, h.dequeued_on FROM tickler_event_history AS h
+              JOIN tickler_erasure_history_rows(p_erasure_id, p_limit, p_from, p_to) AS x
+                ON h.queue = x.queue AND h.id = x.id AND h.dequeued_on = x.dequeued_on
+              WHERE h.dequeued_on >= p_from AND (p_to IS NULL OR h.dequeued_on < p_to)
+                AND p_hashes ? h.item_key AND (h.group_key IS NULL OR p_hashes ? h.group_key)
+                AND (h.fairness_key = '' OR p_hashes ? h.fairness_key)
+              FOR UPDATE OF h) AS h;
+        IF v_ids IS NOT NULL THEN
+            WITH changed AS (
+                UPDATE tickler_event_history AS h
+                SET item_key = p_hashes ->> h.item_key,
+                    group_key = p_hashes ->> h.group_key,
+                    fairness_key = coalesce(p_hashes ->> nullif(h.fairness_key, ''), ''),
+                    data = '{}', last_error = CASE WHEN h.last_error IS NOT NULL THEN 'erased' END,
+                    traceparent = NULL, tracestate = NULL
+                FROM unnest(v_queues, v_ids, v_finished) AS x (queue, id, dequeued_on)
+                WHERE h.queue = x.queue AND h.id = x.id AND h.dequeued_on = x.dequeued_on
+                  AND h.dequeued_on >= p_from AND (p_to IS NULL OR h.dequeued_on < p_to)
+                RETURNING h.queue, h.item_key, h.group_key
+            ),
+            remembered AS (
+                INSERT INTO tickler_erased_value (erasure_id, queue, kind, value_hash)
+                SELECT DISTINCT p_erasure_id, c.queue, v.kind, v.hash
+                FROM changed AS c
+                CROSS JOIN LATERAL (VALUES ('item_key', c.item_key), ('group_key', c.group_key)) AS v (kind, hash)
+                WHERE v.hash IS NOT NULL
+                ON CONFLICT DO NOTHING
+            )
+            SELECT count(*) INTO v_events FROM changed;
+            SELECT array_agg(k.queue), array_agg(k.item_key) INTO v_queues, v_keys
+            FROM (SELECT DISTINCT q.queue, q.item_key FROM unnest(v_queues, v_keys) AS q (queue, item_key)) AS k;
+            v_entries := tickler_erase_timeline(v_queues, v_keys, p_hashes);
+            UPDATE tickler_erasure
+            SET status = 'running', started_at = coalesce(started_at, v_now),
+                finished_events = finished_events + v_events, timeline_entries = timeline_entries + v_entries
+            WHERE id = p_erasure_id;
+            RETURN v_events + v_entries;
+        END IF;
+        RETURN 0;
     END IF;
 
-    -- 3. Keys named by key or prefix that only the timeline still holds.
+    -- 3. Without a range (the walk is over): keys named by key or prefix that only the timeline holds.
     SELECT array_agg(k.queue), array_agg(k.item_key) INTO v_queues, v_keys
     FROM tickler_erasure_timeline_keys(p_erasure_id, p_limit) AS k
     WHERE p_hashes ? k.item_key;
@@ -292,22 +312,29 @@ $$;
 -- data. Each erased key's timeline ends with an `erased` entry. When the archive has files (any
 -- archive run), they are next: the erasure stays running, its clear selector kept, until
 -- `tickler pipeline erase` rewrites them (tickler_erasure_archive_done); else it is done, and its
--- clear selector is deleted. Returns false (nothing done) when rows are left: the caller goes on.
-CREATE OR REPLACE FUNCTION tickler_erasure_finish(p_erasure_id bigint, p_since timestamptz, p_note text)
-RETURNS boolean
+-- clear selector is deleted. Returns 'done' (or the database's part done), 'rows_left' (nothing
+-- done: the caller goes on), or 'leases_held': a lease the erasure took away has not expired yet
+-- (with p_lease_margin to spare): its holder may still be sending, so the erasure waits for it.
+DROP FUNCTION IF EXISTS tickler_erasure_finish(bigint, timestamptz, text);
+CREATE OR REPLACE FUNCTION tickler_erasure_finish(p_erasure_id bigint, p_since timestamptz, p_note text,
+                                                  p_lease_margin interval)
+RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     v_erasure tickler_erasure;
 BEGIN
     SELECT * INTO v_erasure FROM tickler_erasure WHERE id = p_erasure_id FOR UPDATE;
     IF NOT FOUND OR v_erasure.database_done_at IS NOT NULL THEN
-        RETURN true;
+        RETURN 'done';
+    END IF;
+    IF v_erasure.leases_end_at + p_lease_margin > now() THEN
+        RETURN 'leases_held';
     END IF;
     PERFORM set_config('lock_timeout', '200ms', true);
     LOCK TABLE tickler_event IN SHARE MODE;
     IF EXISTS (SELECT 1 FROM tickler_erasure_open_ids(p_erasure_id, 1))
-       OR EXISTS (SELECT 1 FROM tickler_erasure_history_rows(p_erasure_id, 1, p_since)) THEN
-        RETURN false;
+       OR EXISTS (SELECT 1 FROM tickler_erasure_history_rows(p_erasure_id, 1, p_since, NULL)) THEN
+        RETURN 'rows_left';
     END IF;
     PERFORM tickler_timeline_write(array_agg(ROW(
                 v.queue, v.value_hash, NULL, now(), 'erased', v_erasure.requested_by, NULL,
@@ -319,14 +346,20 @@ BEGIN
         UPDATE tickler_erasure
         SET status = 'running', started_at = coalesce(started_at, now()), database_done_at = now(), note = p_note
         WHERE id = p_erasure_id;
-        RETURN true;
+        RETURN 'done';
     END IF;
     DELETE FROM tickler_erasure_work WHERE erasure_id = p_erasure_id;
     UPDATE tickler_erasure
     SET status = 'done', started_at = coalesce(started_at, now()), database_done_at = now(), finished_at = now()
     WHERE id = p_erasure_id;
-    RETURN true;
+    RETURN 'done';
 END
+$$;
+
+-- The walk through history has erased every row finished before p_to: a run that stops resumes there.
+CREATE OR REPLACE FUNCTION tickler_erasure_walked(p_erasure_id bigint, p_to timestamptz) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE tickler_erasure_work SET history_walked_to = p_to WHERE erasure_id = p_erasure_id;
 $$;
 
 -- The archive's part of an erasure is done too (`tickler pipeline erase` rewrote p_rows rows of

@@ -191,6 +191,8 @@ COMMENT ON COLUMN tickler_event_history.entry_id IS 'The id of the event''s `del
 
 CREATE INDEX tickler_event_history_dead ON ONLY tickler_event_history USING btree (queue, item_key) INCLUDE (group_key) WHERE (outcome = 'dead'::text);
 
+CREATE INDEX tickler_event_history_dequeued ON ONLY tickler_event_history USING brin (dequeued_on) WITH (autosummarize='on');
+
 CREATE INDEX tickler_event_history_entry ON ONLY tickler_event_history USING btree (queue, item_key, entry_id) WHERE (entry_id IS NOT NULL);
 
 CREATE INDEX tickler_event_history_schedule ON ONLY tickler_event_history USING btree (queue, schedule_on, id);
@@ -521,6 +523,7 @@ CREATE TABLE tickler_erasure (
     timeline_entries bigint DEFAULT 0 NOT NULL,
     archive_rows bigint DEFAULT 0 NOT NULL,
     note text,
+    leases_end_at timestamp with time zone,
     CONSTRAINT erasure_has_selector CHECK (((group_key_hash IS NOT NULL) OR (item_key_hashes IS NOT NULL) OR (item_key_prefix_hash IS NOT NULL))),
     CONSTRAINT erasure_finished_has_time CHECK (((status = ANY (ARRAY['done'::text, 'failed'::text])) = (finished_at IS NOT NULL))),
     CONSTRAINT tickler_erasure_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'failed'::text]))),
@@ -537,6 +540,7 @@ CREATE TABLE tickler_erasure_work (
     item_keys text[] COLLATE pg_catalog."C",
     item_key_prefix text COLLATE pg_catalog."C",
     item_key_prefix_end text COLLATE pg_catalog."C",
+    history_walked_to timestamp with time zone,
     CONSTRAINT tickler_erasure_work_pkey PRIMARY KEY (erasure_id),
     CONSTRAINT tickler_erasure_work_erasure_id_fkey FOREIGN KEY (erasure_id) REFERENCES tickler_erasure(id)
 );

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +31,14 @@ class Dead:
 
 Outcome = Delivered | Failed | Dead
 
+# When a lease ends at the latest (time.monotonic(), the event loop's clock): nothing is sent after.
+LeaseDeadline = Callable[[], float]
+
+
+class LeaseEnded(Exception):
+    """The lease ended before its request was sent (it waited past its deadline): nothing was
+    sent, and there is no outcome to record (an erasure may have taken the lease away)."""
+
 
 class Deliverer(Protocol):
     """Delivers on the calling thread (in-process handlers: a delivery thread each)."""
@@ -40,6 +49,8 @@ class Deliverer(Protocol):
 class AsyncDeliverer(Protocol):
     """Delivers on the dispatcher's event loop (webhooks: many requests in flight on one thread)."""
 
-    async def deliver(self, queue: Queue, lease: Lease) -> Outcome: ...
+    async def deliver(self, queue: Queue, lease: Lease, lease_deadline: LeaseDeadline | None = None) -> Outcome:
+        """Raises LeaseEnded, having sent nothing, when `lease_deadline` passed before the request went out."""
+        ...
 
     async def aclose(self) -> None: ...

@@ -22,7 +22,7 @@ from aiohttp.abc import AbstractResolver
 from yarl import URL
 
 from tickler.scheduler import tracing
-from tickler.scheduler.delivery import Dead, Delivered, Failed, Outcome
+from tickler.scheduler.delivery import Dead, Delivered, Failed, LeaseDeadline, LeaseEnded, Outcome
 from tickler.scheduler.delivery.destinations import (
     CheckedResolver,
     DestinationDenied,
@@ -110,9 +110,17 @@ class _Request:
     gate: _Gate
     deadline: asyncio.Timeout
     timeout: float
+    lease_deadline: LeaseDeadline | None = None
     reused: bool = False
     opened: bool = False  # on a connection of its own
     gated: bool = False  # holding the gate's permit
+    cut_at: float | None = None  # connecting: when the lease ends, before the request's own deadline
+    resume_at: float | None = None  # the request's own deadline, once connected
+
+    def check_lease(self) -> None:
+        """Raise LeaseEnded when the lease's deadline has passed: the request must not go out."""
+        if self.lease_deadline is not None and self.lease_deadline() <= asyncio.get_running_loop().time():
+            raise LeaseEnded
 
     def ungate(self) -> None:
         """Give the gate's permit back (once)."""
@@ -184,7 +192,9 @@ class WebhookDeliverer:
             gate = self._gates[key] = _Gate(self._new_connections)
         return gate
 
-    async def deliver(self, queue: Queue, lease: Lease) -> Outcome:
+    async def deliver(self, queue: Queue, lease: Lease, lease_deadline: LeaseDeadline | None = None) -> Outcome:
+        """The request, checked against the lease's deadline before it goes out (before a
+        connection is asked for, once one is made or reused): LeaseEnded when it has passed."""
         assert queue.webhook_url and queue.signing_secret and queue.webhook_timeout_seconds
         body = json.dumps(
             {"queue": lease.queue, "group_key": lease.group_key, "events": [event_to_json(e) for e in lease.events]},
@@ -218,7 +228,8 @@ class WebhookDeliverer:
         for attempt in (1, 2):
             try:
                 async with asyncio.timeout(None) as deadline:
-                    state = _Request(self._gate(url), deadline, timeout)
+                    state = _Request(self._gate(url), deadline, timeout, lease_deadline=lease_deadline)
+                    state.check_lease()
                     deadline.reschedule(asyncio.get_running_loop().time() + timeout)
                     try:
                         async with self._client().post(
@@ -236,6 +247,8 @@ class WebhookDeliverer:
             except DestinationDenied as denied:
                 return Failed(str(denied)[:MAX_ERROR_LENGTH])
             except TimeoutError:
+                if state.cut_at is not None:
+                    raise LeaseEnded from None  # still connecting when the lease ended: nothing sent
                 return Failed(f"timed out after {timeout} s")
             except aiohttp.ServerDisconnectedError as error:
                 if state.reused and attempt == 1:
@@ -289,12 +302,24 @@ async def _new_connection(session: Any, context: SimpleNamespace, params: Any) -
         state.deadline.reschedule(None)
         await state.gate.semaphore.acquire()
         state.opened = state.gated = True
-        state.deadline.reschedule(asyncio.get_running_loop().time() + state.timeout)
+        state.check_lease()
+        now = asyncio.get_running_loop().time()
+        ends = now + state.timeout
+        if state.lease_deadline is not None and state.lease_deadline() < ends:
+            # Connecting may not outlast the lease (a receiver slow to accept): past it, the
+            # request is not sent (LeaseEnded); the request's own deadline comes back once connected.
+            state.cut_at, state.resume_at = state.lease_deadline(), ends
+            state.deadline.reschedule(state.cut_at)
+            return
+        state.deadline.reschedule(ends)
 
 
 async def _connected(session: Any, context: SimpleNamespace, params: Any) -> None:
     """The new connection is made: its permit goes back after ACCEPT_WINDOW, answered or not."""
     state = context.trace_request_ctx
+    if isinstance(state, _Request) and state.resume_at is not None:
+        state.deadline.reschedule(state.resume_at)
+        state.cut_at = state.resume_at = None
     if isinstance(state, _Request) and state.gated:
         asyncio.get_running_loop().call_later(ACCEPT_WINDOW, state.ungate)
 
@@ -303,3 +328,4 @@ async def _reused_connection(session: Any, context: SimpleNamespace, params: Any
     state = context.trace_request_ctx
     if isinstance(state, _Request):
         state.reused = True
+        state.check_lease()  # aiohttp gives the connection back to the pool

@@ -15,6 +15,9 @@ from tickler.scheduler.store import audit
 from tickler.scheduler.store.base import EngineStore
 from tickler.scheduler.store.search import prefix_end
 
+# A range [from, to) of dequeued_on in the walk through history.
+Walk = tuple[datetime, datetime]
+
 
 @dataclass(frozen=True)
 class Selector:
@@ -132,16 +135,31 @@ class ErasureStore(EngineStore):
         [row] = self.rows("database_now")
         return row["now"]  # type: ignore[no-any-return]
 
-    def values(self, erasure_id: int, limit: int) -> list[str]:
-        return [row["value"] for row in self.rows("erasure_values", {"id": erasure_id, "limit": limit})]
+    def values(self, erasure_id: int, limit: int, walk: Walk | None = None) -> list[str]:
+        """The values of the next batch's rows: open events, else finished events of the walk's
+        range, or with no range (the walk is over) keys only the timeline holds."""
+        params = {"id": erasure_id, "limit": limit, "from": walk and walk[0], "to": walk and walk[1]}
+        return [row["value"] for row in self.rows("erasure_values", params)]
 
-    def erase_batch(self, erasure_id: int, hashes: Mapping[str, str], limit: int) -> int:
-        [row] = self.rows("erase_batch", {"id": erasure_id, "hashes": json.dumps(dict(hashes)), "limit": limit})
+    def erase_batch(self, erasure_id: int, hashes: Mapping[str, str], limit: int, walk: Walk | None = None) -> int:
+        params = {"id": erasure_id, "hashes": json.dumps(dict(hashes)), "limit": limit}
+        [row] = self.rows("erase_batch", {**params, "from": walk and walk[0], "to": walk and walk[1]})
         return int(row["erased"])
 
-    def finish(self, erasure_id: int, since: datetime, note: str | None) -> bool:
-        [row] = self.rows("finish_erasure", {"id": erasure_id, "since": since, "note": note})
-        return bool(row["finished"])
+    def walk(self, erasure_id: int) -> tuple[datetime | None, datetime | None, datetime] | None:
+        """(where the walk through history resumes or None, the oldest day of history, now);
+        None: the erasure has no work left."""
+        rows = self.rows("erasure_walk", {"id": erasure_id})
+        return (rows[0]["walked_to"], rows[0]["oldest_day"], rows[0]["now"]) if rows else None
+
+    def walked(self, erasure_id: int, to: datetime) -> None:
+        self.rows("erasure_walked", {"id": erasure_id, "to": to})
+
+    def finish(self, erasure_id: int, since: datetime, note: str | None, lease_margin: float) -> str:
+        """'done', 'rows_left' or 'leases_held' (tickler_erasure_finish)."""
+        params = {"id": erasure_id, "since": since, "note": note, "lease_margin": lease_margin}
+        [row] = self.rows("finish_erasure", params)
+        return str(row["finished"])
 
     def fail(self, erasure_id: int, note: str) -> None:
         self.rows("fail_erasure", {"id": erasure_id, "note": note})
