@@ -68,7 +68,7 @@ LANGUAGE sql STABLE AS $$
      AND (h.group_key = w.group_key OR h.item_key = ANY(w.item_keys)
           OR (h.item_key >= w.item_key_prefix AND (w.item_key_prefix_end IS NULL OR h.item_key < w.item_key_prefix_end)))
     WHERE r.id = p_erasure_id AND r.database_done_at IS NULL
-      AND h.dequeued_on >= p_from AND (p_to IS NULL OR h.dequeued_on < p_to)
+      AND h.dequeued_on >= p_from AND h.dequeued_on < coalesce(p_to, 'infinity')
     LIMIT p_limit
 $$;
 
@@ -261,7 +261,7 @@ BEGIN
                     traceparent = NULL, tracestate = NULL
                 FROM unnest(v_queues, v_ids, v_finished) AS x (queue, id, dequeued_on)
                 WHERE h.queue = x.queue AND h.id = x.id AND h.dequeued_on = x.dequeued_on
-                  AND h.dequeued_on >= p_from AND (p_to IS NULL OR h.dequeued_on < p_to)
+                  AND h.dequeued_on >= p_from AND h.dequeued_on < coalesce(p_to, 'infinity')
                 RETURNING h.queue, h.item_key, h.group_key
             ),
             remembered AS (
