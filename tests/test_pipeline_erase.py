@@ -1,6 +1,7 @@
 """Erasing a subject in the archive (SPEC §12): an erasure done in the database waits for
 `tickler pipeline erase`, which rewrites the Parquet files holding the subject's rows through the
-manifest, deletes the old files, and finishes the erasure with the rows it rewrote."""
+manifest, and finishes the erasure with the rows it rewrote; the old files stay readable for a
+reader of the previous manifest until a later run past their grace deletes them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pyspark.sql import functions as F
 
 from tests.conftest import auth
 from tests.helpers import schedule
-from tickler.pipeline import manifest
+from tickler.pipeline import layout, manifest
 from tickler.pipeline.archive import run_archive
 from tickler.pipeline.compact import run_compact
 from tickler.pipeline.erase import erased_details, run_erase
@@ -80,14 +81,29 @@ def test_the_archive_is_rewritten_and_the_erasure_done_only_then(
     assert waiting["status"] == "running" and waiting["finished_at"] is None
     assert "tickler pipeline erase" in waiting["note"] and waiting["counts"]["archive_rows"] == 0
 
+    files = layout.Files(spark)
+    before = manifest.read(files, str(location))  # a reader that took this version, still reading
+    assert before is not None
     [erased] = run_erase(spark, database_url, secret="")
     assert erased.erasure_id == erasure["id"] and erased.files >= 2
     done = client.get(f"/v1/erasures/{erasure['id']}", headers=auth(admin_token)).json
     assert done["status"] == "done" and done["note"] is None
+    for table in ("events", "timeline"):
+        assert not [row for row in committed_rows(spark, location, table) if MARK in row], table
+        # the reader of the previous version still reads its files: they are retired, not deleted
+        old = manifest.read_files(spark, str(location), table, before.files[table])
+        assert old is not None and any(MARK in str(row.asDict()) for row in old.collect()), table
+    # a run within the grace keeps them; the first run past it deletes them
+    assert run_erase(spark, database_url, secret="", now=datetime.now(UTC) + manifest.ERASED_GRACE / 2) == []
+    assert any(MARK in row for row in every_file_on_disk(spark, location, "events"))
+    later = datetime.now(UTC) + manifest.ERASED_GRACE + timedelta(minutes=1)
+    assert run_erase(spark, database_url, secret="", now=later) == []
     timeline_rows = len([r for r in every_file_on_disk(spark, location, "timeline") if "erased:" in r])
     assert done["counts"]["archive_rows"] == 4 + timeline_rows and timeline_rows >= 4
     for table in ("events", "timeline"):
         assert not [row for row in every_file_on_disk(spark, location, table) if MARK in row], table
+    current = manifest.read(files, str(location))
+    assert current is not None and current.retired == []
     # the bystander is untouched, and every run still holds what its ledger says (the check of compaction)
     events = manifest.read_committed(spark, str(location), "events")
     assert events is not None

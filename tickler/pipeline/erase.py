@@ -1,6 +1,7 @@
 """Erasing a subject in the archive (SPEC §12): the Parquet files that hold an erased subject's
 rows are rewritten, their values replaced as the database's were, and published through the
-manifest in place of the old ones, which are then deleted.
+manifest in place of the old ones, which are deleted once a reader of the previous version has had
+time to read them (manifest.ERASED_GRACE).
 
 An erasure is done in the database first (scheduler/database/erasing.sql); when the archive has
 files, it waits there (`database_done_at`, its selector kept) for this job. Per archive location,
@@ -8,10 +9,12 @@ per table: the committed files with matching rows are found, each is rewritten w
 itself (under a hidden `_erase-<uuid>/`, checked to hold the same rows: count, distinct ids and
 id sum as before, so the ledger's figures still hold) and moved into its partition; then one new
 manifest version lists the new files in place of the old — a reader sees a table before or after
-the erasure, never half of it — and the old files are deleted at once (a reader still on the
-previous version fails and reads again; the retention grace of compaction would keep the values
-an hour more). A crash before the manifest changed leaves unlisted files, which the next
-compaction deletes; the erasure is still waiting and the next run does it all again.
+the erasure, never half of it — and the old files are retired for manifest.ERASED_GRACE (10
+minutes, not the hour of compaction's: they hold the values), so that a reader that took the
+previous version can still read them; the next erase or compaction job after that deletes them
+(each erase job starts with it, whether erasures wait or not). A crash before the manifest
+changed leaves unlisted files, which the next compaction deletes; the erasure is still waiting
+and the next run does it all again.
 
 Events match as in the database (group, keys, prefix, queues); timeline entries match by the keys
 of those events and by the keys and prefix named.
@@ -23,6 +26,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -74,12 +78,15 @@ def _kept(details: Any) -> dict[str, Any]:
     return kept
 
 
-def run_erase(spark: SparkSession, url: str, *, secret: str) -> list[ErasedInArchive]:
-    """Rewrite the archive for every erasure waiting for it; each is done once its files are."""
+def run_erase(spark: SparkSession, url: str, *, secret: str, now: datetime | None = None) -> list[ErasedInArchive]:
+    """Delete the files earlier erasures replaced once past their grace (`now`: the clock, for
+    tests), then rewrite the archive for every erasure waiting for it; each is done once its files are."""
     done = []
     with db.connect(url, autocommit=True, row_factory=dict_row) as conn, archive_lock(conn):
         if db.rows(conn, "unfinished_run"):
             raise PipelineError("an archive run is unfinished: run `tickler pipeline archive` first")
+        for row in db.rows(conn, "archive_locations"):
+            manifest.remove_retired(layout.Files(spark), row["location"], now=now)
         waiting = db.rows(conn, "erasures_waiting_for_archive")
         if not waiting:
             return []
@@ -154,7 +161,7 @@ def _erase_location(
             swaps[merged] = [name]
             rows += n
         if swaps:
-            manifest.replace(files, location, table, swaps, retire=False)
+            manifest.replace(files, location, table, swaps, erased=True)
             replaced += len(swaps)
     return rows, replaced
 

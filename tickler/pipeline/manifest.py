@@ -35,6 +35,9 @@ FORMAT = "tickler-archive-manifest/1"
 DIRECTORY = "_manifest"
 KEEP_VERSIONS = 20  # older versions are removed (a reader needs only the newest)
 RETIRED_GRACE = timedelta(hours=1)
+# Files an erasure replaced hold what must go: kept only long enough for a reader that took the
+# previous version to read them (deleted by the next erase or compaction job after that).
+ERASED_GRACE = timedelta(minutes=10)
 
 
 def _now() -> str:
@@ -181,31 +184,40 @@ def _bootstrap(files: layout.Files, location: str, runs: list[dict[str, Any]], u
 
 
 def replace(
-    files: layout.Files, location: str, table: str, swaps: dict[str, list[str]], *, retire: bool = True
+    files: layout.Files, location: str, table: str, swaps: dict[str, list[str]], *, erased: bool = False
 ) -> Manifest:
     """Publish merged files in place of those they replace ({merged: [replaced]}), in one version;
     the replaced ones are retired, not deleted: a reader of the previous version may be reading them.
-    `retire=False` (an erasure: the replaced files hold what must go): deleted once unlisted."""
+    `erased` (an erasure: the replaced files hold what must go): retired for ERASED_GRACE only."""
     manifest = read(files, location) or Manifest()
     replaced = {name for names in swaps.values() for name in names}
     manifest.files[table] = sorted({*(n for n in manifest.files[table] if n not in replaced), *swaps})
     now = _now()
-    if retire:
-        manifest.retired += [{"path": f"{table}/{name}", "retired_on": now} for name in sorted(replaced)]
-    published = write(files, location, manifest)
-    if not retire:
-        for name in sorted(replaced):
-            files.delete(f"{layout.table_root(location, table)}/{name}")
-    return published
+    mark: dict[str, Any] = {"erased": True} if erased else {}
+    manifest.retired += [{"path": f"{table}/{name}", "retired_on": now, **mark} for name in sorted(replaced)]
+    return write(files, location, manifest)
 
 
-def remove_retired(files: layout.Files, location: str, grace: timedelta = RETIRED_GRACE) -> int:
-    """Delete the replaced files retired longer ago than `grace`; how many went."""
+def remove_retired(
+    files: layout.Files,
+    location: str,
+    grace: timedelta = RETIRED_GRACE,
+    *,
+    erased_grace: timedelta = ERASED_GRACE,
+    now: datetime | None = None,
+) -> int:
+    """Delete the replaced files retired longer ago than `grace` (`erased_grace` for those an
+    erasure replaced); how many went."""
     manifest = read(files, location)
     if manifest is None:
         return 0
-    limit = datetime.now(UTC) - grace
-    expired = [r for r in manifest.retired if datetime.fromisoformat(r["retired_on"].replace("Z", "+00:00")) <= limit]
+    now = now or datetime.now(UTC)
+
+    def expired_entry(entry: dict[str, Any]) -> bool:
+        retired_on = datetime.fromisoformat(entry["retired_on"].replace("Z", "+00:00"))
+        return retired_on <= now - (erased_grace if entry.get("erased") else grace)
+
+    expired = [r for r in manifest.retired if expired_entry(r)]
     if not expired:
         return 0
     manifest.retired = [r for r in manifest.retired if r not in expired]
