@@ -22,17 +22,16 @@ from tickler.scheduler.store.erasures import Selector
 
 # Finished events and their `delivered` entries, every other one the subject's (its group), spread
 # evenly over the 30 days before now; the days' partitions made first (as maintenance would have).
-SEED = """
-SELECT tickler_maintain_history(now() - interval '31 days', 33);
-INSERT INTO tickler_event_history (id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by,
-                                   dequeued_on, dequeued_by, outcome, max_attempts)
-SELECT i, 'mail', 'k:' || i, CASE WHEN i % 2 = 0 THEN 'subject@example.com' END, t, '{"to": "someone"}', t, 'bench',
-       t, 'bench', 'delivered', 5
-FROM generate_series(1, %(n)s) AS i, LATERAL (SELECT now() - interval '30 days' * (1 - i::float8 / %(n)s) AS t) AS x;
-INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, details)
-SELECT 'mail', 'k:' || i, i, now() - interval '30 days' * (1 - i::float8 / %(n)s), 'delivered', 'bench', '{}'
-FROM generate_series(1, %(n)s) AS i;
-"""
+_SPREAD = "now() - interval '30 days' * (1 - i::float8 / %(n)s)"
+SEED = [
+    "SELECT tickler_maintain_history(now() - interval '31 days', 33)",
+    "INSERT INTO tickler_event_history (id, queue, item_key, group_key, schedule_on, data, enqueued_on, enqueued_by,"
+    " dequeued_on, dequeued_by, outcome, max_attempts)"
+    " SELECT i, 'mail', 'k:' || i, CASE WHEN i %% 2 = 0 THEN 'subject@example.com' END, t, '{\"to\": \"x\"}', t,"
+    f" 'bench', t, 'bench', 'delivered', 5 FROM generate_series(1, %(n)s) AS i, LATERAL (SELECT {_SPREAD} AS t) AS x",
+    "INSERT INTO tickler_timeline (queue, item_key, event_id, at, action, actor, details)"
+    f" SELECT 'mail', 'k:' || i, i, {_SPREAD}, 'delivered', 'bench', '{{}}' FROM generate_series(1, %(n)s) AS i",
+]
 
 
 def probe(url: str, stop: threading.Event, latencies: list[float]) -> None:
@@ -65,6 +64,9 @@ def measure(url: str, seconds: float | None, erase: bool) -> tuple[list[float], 
         eraser = Eraser(store.engine, Hasher(store.engine, "bench"))
         while not eraser.run(erasure.id):
             time.sleep(0.2)
+        done = eraser.store.get(erasure.id)
+        assert done is not None and done.status == "done"
+        say(f"erased {done.finished_events:,} finished events and {done.timeline_entries:,} timeline entries")
         store.engine.dispose()
     else:
         time.sleep(seconds or 0)
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             make_queue(url, "probe")
             began = time.monotonic()
             with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(SEED, {"n": 2 * args.events})  # type: ignore[arg-type]
+                for statement in SEED:
+                    conn.execute(statement, {"n": 2 * args.events})  # type: ignore[arg-type]
                 conn.execute("VACUUM ANALYZE tickler_event_history")  # as autovacuum would: BRIN summarized
                 conn.execute("VACUUM ANALYZE tickler_timeline")
             say(f"seeded {2 * args.events:,} events and entries in {time.monotonic() - began:.0f} s")

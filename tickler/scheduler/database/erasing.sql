@@ -54,13 +54,16 @@ $$;
 -- finished in [p_from, p_to) (p_to NULL: up to now). History has no index by key or group (one on
 -- every ack would cost WAL): the runner walks it by ranges of dequeued_on instead, each read
 -- through the days' partitions and their BRIN index on dequeued_on (finished events are appended
--- in about the order they finish), so a range costs what it holds, not the whole history.
+-- in about the order they finish), so a range costs what it holds, not the whole history. Each
+-- row comes with its values and where it lies (its partition and ctid: history has no index by
+-- id, a batch finds the row again there).
 DROP FUNCTION IF EXISTS tickler_erasure_history_rows(bigint, integer, timestamptz);
+DROP FUNCTION IF EXISTS tickler_erasure_history_rows(bigint, integer, timestamptz, timestamptz);
 CREATE OR REPLACE FUNCTION tickler_erasure_history_rows(p_erasure_id bigint, p_limit integer, p_from timestamptz,
                                                         p_to timestamptz)
-RETURNS TABLE (queue text, id bigint, dequeued_on timestamptz)
+RETURNS TABLE (queue text, item_key text, group_key text, fairness_key text, row_table oid, row_ctid tid)
 LANGUAGE sql STABLE AS $$
-    SELECT h.queue, h.id, h.dequeued_on
+    SELECT h.queue, h.item_key, h.group_key, h.fairness_key, h.tableoid, h.ctid
     FROM tickler_erasure AS r
     JOIN tickler_erasure_work AS w ON w.erasure_id = r.id
     JOIN tickler_event_history AS h
@@ -124,8 +127,7 @@ BEGIN
     RETURN QUERY
     SELECT DISTINCT v.value
     FROM tickler_erasure_history_rows(p_erasure_id, p_limit, p_from, p_to) AS x
-    JOIN tickler_event_history AS h ON h.queue = x.queue AND h.id = x.id AND h.dequeued_on = x.dequeued_on
-    CROSS JOIN LATERAL (VALUES (h.item_key), (h.group_key), (nullif(h.fairness_key, ''))) AS v (value)
+    CROSS JOIN LATERAL (VALUES (x.item_key), (x.group_key), (nullif(x.fairness_key, ''))) AS v (value)
     WHERE v.value IS NOT NULL;
 END
 $$;
@@ -174,7 +176,8 @@ DECLARE
     v_ids       bigint[];
     v_queues    text[];
     v_keys      text[];
-    v_finished  timestamptz[];
+    v_tables    oid[];
+    v_ctids     tid[];
     v_events    bigint := 0;
     v_entries   bigint := 0;
     v_lease_end timestamptz;
@@ -242,16 +245,16 @@ BEGIN
     -- 2. Finished events of the range: their values replaced in place (outcome, times and counts
     --    stay: the counters and statistics do not change).
     IF p_from IS NOT NULL THEN
-        SELECT array_agg(h.id), array_agg(h.queue), array_agg(h.item_key), array_agg(h.dequeued_on)
-        INTO v_ids, v_queues, v_keys, v_finished
-        FROM (SELECT h.id, h.queue, h.item_key, h.dequeued_on FROM tickler_event_history AS h
+        SELECT array_agg(h.tableoid), array_agg(h.ctid), array_agg(h.queue), array_agg(h.item_key)
+        INTO v_tables, v_ctids, v_queues, v_keys
+        FROM (SELECT h.tableoid, h.ctid, h.queue, h.item_key FROM tickler_event_history AS h
               JOIN tickler_erasure_history_rows(p_erasure_id, p_limit, p_from, p_to) AS x
-                ON h.queue = x.queue AND h.id = x.id AND h.dequeued_on = x.dequeued_on
+                ON h.tableoid = x.row_table AND h.ctid = x.row_ctid
               WHERE h.dequeued_on >= p_from AND (p_to IS NULL OR h.dequeued_on < p_to)
                 AND p_hashes ? h.item_key AND (h.group_key IS NULL OR p_hashes ? h.group_key)
                 AND (h.fairness_key = '' OR p_hashes ? h.fairness_key)
               FOR UPDATE OF h) AS h;
-        IF v_ids IS NOT NULL THEN
+        IF v_ctids IS NOT NULL THEN
             WITH changed AS (
                 UPDATE tickler_event_history AS h
                 SET item_key = p_hashes ->> h.item_key,
@@ -259,8 +262,9 @@ BEGIN
                     fairness_key = coalesce(p_hashes ->> nullif(h.fairness_key, ''), ''),
                     data = '{}', last_error = CASE WHEN h.last_error IS NOT NULL THEN 'erased' END,
                     traceparent = NULL, tracestate = NULL
-                FROM unnest(v_queues, v_ids, v_finished) AS x (queue, id, dequeued_on)
-                WHERE h.queue = x.queue AND h.id = x.id AND h.dequeued_on = x.dequeued_on
+                -- the rows locked above, where they lie (the lock returned their newest version)
+                FROM unnest(v_tables, v_ctids) AS x (row_table, row_ctid)
+                WHERE h.tableoid = x.row_table AND h.ctid = x.row_ctid
                   AND h.dequeued_on >= p_from AND h.dequeued_on < coalesce(p_to, 'infinity')
                 RETURNING h.queue, h.item_key, h.group_key
             ),
