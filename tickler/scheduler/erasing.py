@@ -137,7 +137,9 @@ class Eraser:
                 walked_to, oldest_day, now = found
                 # Resumed: from a margin before, for finishes that committed after their range was read.
                 start = EARLIEST if walked_to is None else walked_to - FINISH_MARGIN
-                if not self._walk(erasure_id, hashed, start, oldest_day if walked_to is None else None, now):
+                # A first walk's first range ends where the oldest day begins (no days: it is all of it).
+                first_to = (oldest_day or now) if walked_to is None else None
+                if not self._walk(erasure_id, hashed, start, first_to, now):
                     return False
                 since = now - FINISH_MARGIN
             else:
