@@ -279,3 +279,40 @@ def test_only_admins_erase_and_read_the_log(client: FlaskClient, emails: str, to
     assert client.get(f"/v1/erasures?group_key={EMAIL}", headers=auth(token)).status_code == 403
     assert client.get("/v1/erasures/999999", headers=auth(admin_token)).status_code == 404
     assert_problem(client.get("/v1/erasures", headers=auth(admin_token)), 400, "item_key", "group_key")
+
+
+def test_the_walk_through_history_reads_only_the_days_of_its_range(
+    client: FlaskClient, emails: str, admin_token: str, engine: sa.Engine, raw: psycopg.Connection[Any]
+) -> None:
+    # A week of day partitions, each holding finished events of the subject and of others.
+    raw.execute("SELECT tickler_maintain_history(now() - interval '7 days', 8)")
+    raw.execute(
+        "INSERT INTO tickler_event_history (id, queue, item_key, group_key, schedule_on, enqueued_by, dequeued_on,"
+        " dequeued_by, outcome, max_attempts)"
+        " SELECT i, 'emails', 'k:' || i, CASE WHEN i %% 2 = 0 THEN %s END, t, 'x', t, 'x', 'delivered', 1"
+        " FROM generate_series(1, 7000) AS i, LATERAL (SELECT now() - interval '7 days' * (1 - i / 7000.0) AS t) AS x",
+        [EMAIL],
+    )
+    raw.execute("ANALYZE tickler_event_history")
+    erasure = erase(client, admin_token, group_key=EMAIL).json
+    [[day_from, day_to]] = raw.execute(
+        "SELECT date_trunc('day', now() - interval '3 days'), date_trunc('day', now() - interval '2 days')"
+    ).fetchall()
+    [[plan]] = raw.execute(
+        "EXPLAIN (FORMAT JSON) SELECT * FROM tickler_erasure_history_rows(%s, 1000, %s, %s)",
+        [erasure["id"], day_from, day_to],
+    ).fetchall()
+
+    def scans(node: dict[str, Any]) -> list[tuple[str, str]]:
+        found = [(node["Node Type"], node["Relation Name"])] if "Relation Name" in node else []
+        return found + [scan for child in node.get("Plans", []) for scan in scans(child)]
+
+    read = [(kind, name) for kind, name in scans(plan[0]["Plan"]) if name.startswith("tickler_event_history")]
+    day = day_from.strftime("%Y%m%d")
+    # only the range's day: not the whole history per batch
+    assert read and all(day in name for _, name in read), read
+    # and the erasure, walking range by range, erases every one of them
+    assert run_erasures(engine) == [erasure["id"]]
+    assert raw.execute("SELECT count(*) FROM tickler_event_history WHERE group_key = %s", [EMAIL]).fetchone() == (0,)
+    done = client.get(f"/v1/erasures/{erasure['id']}", headers=auth(admin_token)).json
+    assert done["counts"]["finished_events"] == 3500
