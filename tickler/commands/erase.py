@@ -66,8 +66,9 @@ def run(store: Store, args: argparse.Namespace, secret: str) -> int:
     erasure = erasing.request(store.engine, selector, reason=args.reason, requested_by=args.actor, secret=secret)
     if args.wait:
         eraser = erasing.Eraser(store.engine, erasing.Hasher(store.engine, secret))
-        while not eraser.run_or_fail(erasure.id):  # False: writers held the closing lock; again soon
-            time.sleep(0.2)
+        # False: writers held the closing lock, or a lease it took away has not expired yet; again soon
+        while not eraser.run_or_fail(erasure.id):
+            time.sleep(1.0)
         found = ErasureStore(store.engine).get(erasure.id)
         assert found is not None
         erasure = found
