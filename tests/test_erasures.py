@@ -185,6 +185,38 @@ def test_an_erased_subject_is_gone_from_events_history_timeline_and_a_dump(
     assert entries[-1]["actor"] == "ops" and entries[-2]["details"]["reason"] == "erased"
 
 
+def test_a_recurring_schedule_of_the_subject_is_deleted_with_its_timeline_and_occurrence(
+    client: FlaskClient, emails: str, token: str, admin_token: str, engine: sa.Engine, database_url: str
+) -> None:
+    """A schedule holds the subject's group and payload for every occurrence to come: erasing the
+    group (or a prefix covering its occurrences' keys) deletes it, so none is enqueued again."""
+    schedules = {
+        f"{MARK}-weekly": {"group_key": EMAIL, "data": {"email": EMAIL}},
+        f"{MARK}-monthly": {"data": {"email": EMAIL}},
+        "bob-weekly": {"group_key": "bob@example.com", "data": {"email": "bob@example.com"}},
+    }
+    for key, fields in schedules.items():
+        body = {"cron": "0 9 * * 1", "timezone": "UTC", **fields}
+        response = client.put(f"/v1/queues/emails/schedules/{key}", json=body, headers=auth(token))
+        assert response.status_code == 201, response.json
+    pending = client.get("/v1/queues/emails/events", headers=auth(token)).json["events"]
+    assert len(pending) == 3  # each schedule's next occurrence waits as a pending event
+
+    assert erase(client, admin_token, group_key=EMAIL).status_code == 202
+    assert erase(client, admin_token, item_key_prefix=f"{MARK}-monthly@").status_code == 202
+    assert len(run_erasures(engine)) == 2
+
+    for key in (f"{MARK}-weekly", f"{MARK}-monthly"):
+        assert client.get(f"/v1/queues/emails/schedules/{key}", headers=auth(token)).status_code == 404
+        assert client.get(key_url(key, suffix="/timeline"), headers=auth(token)).status_code == 404
+    # another subject's schedule stays, with its next occurrence
+    assert client.get("/v1/queues/emails/schedules/bob-weekly", headers=auth(token)).status_code == 200
+    left = client.get("/v1/queues/emails/events?status=pending", headers=auth(token)).json["events"]
+    assert [e["item_key"].split("@")[0] for e in left] == ["bob-weekly"]
+    # nothing of the two schedules, their occurrences or their timelines remains
+    assert MARK not in dump(database_url)
+
+
 def test_the_log_answers_by_value_without_holding_it(
     client: FlaskClient, emails: str, token: str, admin_token: str, engine: sa.Engine, raw: psycopg.Connection[Any]
 ) -> None:

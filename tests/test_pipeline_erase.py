@@ -63,6 +63,9 @@ def test_the_archive_is_rewritten_and_the_erasure_done_only_then(
     for n in range(3):
         assert schedule(client, token, f"welcome:{EMAIL}:{n}", group_key=EMAIL, data={"to": EMAIL}).status_code == 202
     assert schedule(client, token, "welcome:bob@example.com", data={"to": "bob"}).status_code == 202
+    # as an occurrence of a recurring schedule whose key names the subject is enqueued by it
+    principal = [f"schedule:{MARK}-weekly", f"welcome:{EMAIL}:0"]
+    raw.execute("UPDATE tickler_event SET enqueued_by = %s WHERE item_key = %s", principal)
     finish(client, token, "ack")
     assert schedule(client, token, f"reminder:{EMAIL}", data={"to": EMAIL}).status_code == 202
     finish(client, token, "nack")

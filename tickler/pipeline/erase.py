@@ -175,13 +175,20 @@ def _erased(table: str, frame: DataFrame, match: Column, mapping: Column) -> Dat
             "group_key": F.when(F.col("group_key").isNotNull(), F.element_at(mapping, F.col("group_key"))),
             "data": F.lit("{}"),
             "last_error": F.when(F.col("last_error").isNotNull(), F.lit("erased")),
+            "enqueued_by": _erased_actor(F.col("enqueued_by")),
         }
     else:
-        changes["details"] = details(F.col("details"))
+        changes |= {"details": details(F.col("details")), "actor": _erased_actor(F.col("actor"))}
     columns = [c for c in frame.columns if c not in ("queue", "date")]  # they are the directory's
     return frame.select(
         *[F.when(match, changes[c]).otherwise(F.col(c)).alias(c) if c in changes else F.col(c) for c in columns]
     )
+
+
+def _erased_actor(actor: Column) -> Column:
+    """As tickler_erased_actor in the database: a schedule's principal `schedule:{key}` holds the
+    key its occurrences' keys start with; it becomes `schedule:erased`."""
+    return F.when(actor.startswith("schedule:"), F.lit("schedule:erased")).otherwise(actor)
 
 
 def _rewrite(

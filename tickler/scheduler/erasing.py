@@ -131,6 +131,7 @@ class Eraser:
         close the erasure (False: it could not take the short lock that closes it, or a lease it
         took away has not expired yet; a later run does). Database errors propagate."""
         hashed = self.hasher.bound()
+        self._schedules(erasure_id, hashed)  # first: no occurrence of theirs is enqueued after this
         while True:
             found = self.store.walk(erasure_id)
             if found is not None:
@@ -146,6 +147,7 @@ class Eraser:
                 since = self.store.now() - FINISH_MARGIN
             if not self._batches(erasure_id, hashed, None):
                 return False
+            self._schedules(erasure_id, hashed)  # one created while the erasure ran
             try:
                 finished = self.store.finish(erasure_id, since, ARCHIVE_NOTE, LEASE_MARGIN_SECONDS)
             except sa.exc.OperationalError as error:
@@ -179,6 +181,13 @@ class Eraser:
             self.store.walked(erasure_id, to)
             start = to
         return True
+
+    def _schedules(self, erasure_id: int, hashed: Callable[[str], str]) -> None:
+        """Delete the recurring schedules of the subject (their group, or keys its prefix covers),
+        with their keys' timelines erased (tickler_erase_schedules)."""
+        values = self.store.schedule_values(erasure_id)
+        if values:
+            self.store.erase_schedules(erasure_id, {v: hashed(v) for v in values})
 
     def _batches(self, erasure_id: int, hashed: Callable[[str], str], walk: Walk | None) -> bool:
         """Erase batches of open events and the walk's range (or, without one, timeline keys)

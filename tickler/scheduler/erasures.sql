@@ -44,6 +44,16 @@ FROM tickler_erasure_values(:id, :limit, CAST(:from AS timestamptz), CAST(:to AS
 SELECT tickler_erase_batch(:id, CAST(:hashes AS jsonb), :limit, CAST(:from AS timestamptz),
                           CAST(:to AS timestamptz)) AS erased;
 
+-- name: erasure_schedule_values
+-- The keys and groups of the recurring schedules the erasure matches, in clear, for the runner to hash.
+SELECT DISTINCT v.value
+FROM tickler_erasure_schedules(:id) AS s
+CROSS JOIN LATERAL (VALUES (s.schedule_key), (s.group_key)) AS v (value)
+WHERE v.value IS NOT NULL;
+
+-- name: erase_schedules
+SELECT tickler_erase_schedules(:id, CAST(:hashes AS jsonb)) AS erased;
+
 -- name: finish_erasure
 SELECT tickler_erasure_finish(:id, CAST(:since AS timestamptz), CAST(:note AS text),
                               make_interval(secs => :lease_margin)) AS finished;

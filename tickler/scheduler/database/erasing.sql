@@ -27,6 +27,14 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                     'expired_at', 'by', 'claimed_by', 'changed', 'claim')
 $$;
 
+-- Who wrote an erased row, without the subject: a recurring schedule's occurrences are enqueued
+-- by `schedule:{schedule_key}`, and that key may hold the subject (its occurrences' keys start
+-- with it); it becomes `schedule:erased`. Every other principal (a token's name, a worker) stays.
+CREATE OR REPLACE FUNCTION tickler_erased_actor(p_actor text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN starts_with(p_actor, 'schedule:') THEN 'schedule:erased' ELSE p_actor END
+$$;
+
 -- The open events an erasure matches while its database part goes on (at most p_limit): per queue it covers, by the
 -- indexes of open events (group; key; key range of the prefix).
 CREATE OR REPLACE FUNCTION tickler_erasure_open_ids(p_erasure_id bigint, p_limit integer) RETURNS SETOF bigint
@@ -103,6 +111,63 @@ LANGUAGE sql STABLE AS $$
     LIMIT p_limit
 $$;
 
+-- The recurring schedules an erasure matches while its database part goes on: in the queues it
+-- covers, those of its group, and those whose occurrences' keys (`{schedule_key}@…`) its prefix
+-- covers. (Its item_keys name events: an occurrence named by key is erased as an event, and its
+-- schedule stays.) A schedule holds the subject's group and payload for every occurrence to come:
+-- tickler_erase_schedules deletes it.
+CREATE OR REPLACE FUNCTION tickler_erasure_schedules(p_erasure_id bigint)
+RETURNS TABLE (queue text, schedule_key text, group_key text)
+LANGUAGE sql STABLE AS $$
+    SELECT s.queue, s.schedule_key, s.group_key
+    FROM tickler_erasure AS r
+    JOIN tickler_erasure_work AS w ON w.erasure_id = r.id
+    JOIN tickler_schedule AS s
+      ON (r.queues IS NULL OR s.queue = ANY(r.queues))
+     AND (s.group_key = w.group_key OR starts_with(s.schedule_key || '@', w.item_key_prefix))
+    WHERE r.id = p_erasure_id AND r.database_done_at IS NULL
+$$;
+
+-- The matching schedules deleted, and the timeline of each one's key (its schedule_created and
+-- schedule_updated entries hold the group and the payload) erased as an erased key's: the hashed
+-- key, cleaned details, an `erased` entry at the end. p_hashes maps each schedule's key and group
+-- to its hash; a schedule it does not map (written in between) waits for the next run. Its open
+-- occurrences carry its group and key prefix: the erasure's batches cancel and erase them, and no
+-- new one is enqueued once the schedule is gone. Returns the schedules deleted.
+CREATE OR REPLACE FUNCTION tickler_erase_schedules(p_erasure_id bigint, p_hashes jsonb) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queues  text[];
+    v_keys    text[];
+    v_groups  text[];
+    v_entries bigint := 0;
+BEGIN
+    PERFORM 1 FROM tickler_erasure WHERE id = p_erasure_id FOR UPDATE;  -- one batch of an erasure at a time
+    WITH gone AS (
+        DELETE FROM tickler_schedule AS s
+        USING tickler_erasure_schedules(p_erasure_id) AS m
+        WHERE s.queue = m.queue AND s.schedule_key = m.schedule_key
+          AND p_hashes ? s.schedule_key AND (s.group_key IS NULL OR p_hashes ? s.group_key)
+        RETURNING s.queue, s.schedule_key, s.group_key
+    )
+    SELECT array_agg(queue), array_agg(schedule_key), array_agg(group_key) INTO v_queues, v_keys, v_groups FROM gone;
+    IF v_keys IS NULL THEN
+        RETURN 0;
+    END IF;
+    v_entries := tickler_erase_timeline(v_queues, v_keys, p_hashes);
+    INSERT INTO tickler_erased_value (erasure_id, queue, kind, value_hash)
+    SELECT DISTINCT p_erasure_id, k.queue, v.kind, p_hashes ->> v.value
+    FROM unnest(v_queues, v_keys, v_groups) AS k (queue, schedule_key, group_key)
+    CROSS JOIN LATERAL (VALUES ('item_key', k.schedule_key), ('group_key', k.group_key)) AS v (kind, value)
+    WHERE v.value IS NOT NULL
+    ON CONFLICT DO NOTHING;
+    UPDATE tickler_erasure
+    SET status = 'running', started_at = coalesce(started_at, now()), timeline_entries = timeline_entries + v_entries
+    WHERE id = p_erasure_id;
+    RETURN cardinality(v_keys);
+END
+$$;
+
 -- The values (keys, groups, fairness keys) of the rows the next batch of this erasure would
 -- erase: what the caller hashes for tickler_erase_batch. None: nothing is left to erase. With a
 -- range [p_from, p_to) of the walk through history: open events, else finished events of that
@@ -142,7 +207,8 @@ DECLARE
 BEGIN
     PERFORM set_config('tickler.erasing', 'on', true);
     UPDATE tickler_timeline AS t
-    SET item_key = p_hashes ->> t.item_key, details = tickler_erased_details(t.details)
+    SET item_key = p_hashes ->> t.item_key, details = tickler_erased_details(t.details),
+        actor = tickler_erased_actor(t.actor)
     FROM unnest(p_queues, p_keys) AS k (queue, item_key)
     WHERE t.queue = k.queue AND t.item_key = k.item_key COLLATE "C";
     GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -209,7 +275,7 @@ BEGIN
                 group_key = p_hashes ->> e.group_key,
                 fairness_key = coalesce(p_hashes ->> nullif(e.fairness_key, ''), ''),
                 data = '{}', last_error = CASE WHEN e.last_error IS NOT NULL THEN 'erased' END,
-                traceparent = NULL, tracestate = NULL,
+                traceparent = NULL, tracestate = NULL, enqueued_by = tickler_erased_actor(e.enqueued_by),
                 dequeued_on = v_now, dequeued_by = v_erasure.requested_by, outcome = 'cancelled',
                 lease_id = NULL, lease_expires_on = NULL, version = e.version + 1, changed_on = v_now
             WHERE e.id = ANY(v_ids) AND e.dequeued_on IS NULL
@@ -261,7 +327,7 @@ BEGIN
                     group_key = p_hashes ->> h.group_key,
                     fairness_key = coalesce(p_hashes ->> nullif(h.fairness_key, ''), ''),
                     data = '{}', last_error = CASE WHEN h.last_error IS NOT NULL THEN 'erased' END,
-                    traceparent = NULL, tracestate = NULL
+                    traceparent = NULL, tracestate = NULL, enqueued_by = tickler_erased_actor(h.enqueued_by)
                 -- the rows locked above, where they lie (the lock returned their newest version)
                 FROM unnest(v_tables, v_ctids) AS x (row_table, row_ctid)
                 WHERE h.tableoid = x.row_table AND h.ctid = x.row_ctid

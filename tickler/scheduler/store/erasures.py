@@ -146,6 +146,15 @@ class ErasureStore(EngineStore):
         [row] = self.rows("erase_batch", {**params, "from": walk and walk[0], "to": walk and walk[1]})
         return int(row["erased"])
 
+    def schedule_values(self, erasure_id: int) -> list[str]:
+        """The keys and groups of the recurring schedules the erasure matches, to be hashed."""
+        return [row["value"] for row in self.rows("erasure_schedule_values", {"id": erasure_id})]
+
+    def erase_schedules(self, erasure_id: int, hashes: Mapping[str, str]) -> int:
+        """Delete the matching schedules and erase their keys' timelines; returns how many."""
+        [row] = self.rows("erase_schedules", {"id": erasure_id, "hashes": json.dumps(dict(hashes))})
+        return int(row["erased"])
+
     def walk(self, erasure_id: int) -> tuple[datetime | None, datetime | None, datetime] | None:
         """(where the walk through history resumes or None, the oldest day of history, now);
         None: the erasure has no work left."""
