@@ -44,7 +44,11 @@ def test_a_standby_that_lost_its_primary_is_behind_not_caught_up(nodes: tuple[pg
     primary, standby = nodes
     primary.execute("CREATE TABLE t (n int)")
     primary.execute("INSERT INTO t VALUES (1)")
-    wait_until(lambda: standby.execute("SELECT count(*) FROM t") == [(1,)], what="the row replayed on the standby")
+    [(written,)] = primary.execute("SELECT CAST(pg_current_wal_lsn() AS text)")
+    wait_until(
+        lambda: standby.execute(f"SELECT pg_last_wal_replay_lsn() >= '{written}'") == [(True,)],
+        what="the insert replayed on the standby",
+    )
     primary_engine = create_engine(primary.url(), pool_size=1, connect_timeout=2)
     standby_engine = create_engine(standby.url(), pool_size=1, connect_timeout=2)
     try:
