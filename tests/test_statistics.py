@@ -24,6 +24,7 @@ from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.sql import driver_sql
 from tickler.scheduler.statistics import MIN_DEAD_LEASES, MIN_ROWS, StatisticsKeeper, periodic
 from tickler.scheduler.store import QueueSettings, Store
+from tickler.scheduler.store.statistics import WriterLook
 
 
 @pytest.fixture
@@ -47,9 +48,11 @@ def schedule(url: str, queue: Queue, count: int, *, start: int = 0, delay_second
     """Schedule `count` events on a connection of its own, closed at the end: a backend reports its
     inserts to the statistics views when it exits (an idle one, up to ten seconds later)."""
     engine = create_engine(url, pool_size=1)
+    writer = Store(engine)
+    writer.events.statistics_look.off()  # only the job under test analyzes
     try:
         for first in range(start, start + count, 5_000):
-            Store(engine).events.schedule_batch(
+            writer.events.schedule_batch(
                 queue,
                 [
                     NewEvent(item_key=f"k{i}", data={}, delay_seconds=delay_seconds)
@@ -263,3 +266,19 @@ def test_a_look_that_finds_the_previous_one_at_work_returns_at_once() -> None:
     assert looks == ["look", "look"]  # the first run: statistics, then dead rows
     run()
     assert looks == ["look"] * 4
+
+
+def test_a_process_that_only_writes_analyzes_what_it_wrote(
+    fresh: tuple[str, Store, psycopg.Connection[Any]],
+) -> None:
+    """An API process, or a program scheduling batches before any worker runs, has no dispatcher
+    and its statistics job: its writes look (WriterLook), or a batch's probe of its keys may read
+    the queue's open events for each key."""
+    _, store, raw = fresh
+    queue = store.queues.put("emails", QueueSettings(), Settings()).queue
+    store.events.statistics_look = WriterLook(store.statistics, every=0.0)
+    batch = [NewEvent(item_key=f"k{i}", data={}, delay_seconds=3600) for i in range(5_000)]
+    store.events.schedule_batch(queue, batch, actor="load")
+    counted(raw, 5_000)  # what a look reads: the statistics views, once the writer reported
+    store.events.schedule_batch(queue, [NewEvent(item_key="one-more", data={})], actor="load")
+    assert analyzed(raw, "tickler_event") == pytest.approx(5_001, rel=0.05)

@@ -12,22 +12,14 @@ import sqlalchemy as sa
 import structlog
 
 from tickler.scheduler.store import Store
-from tickler.scheduler.store.statistics import HotTable
+from tickler.scheduler.store.statistics import GROWTH, MIN_DEAD_LEASES, MIN_ROWS, HotTable
 
 log = structlog.get_logger(__name__)
 
 # A look is one query on pg_class and the statistics views: cheap enough to make every second,
 # so that a burst of events gets its statistics while the dispatchers are still draining it.
+# What is stale: store/statistics.py (MIN_ROWS, GROWTH, MIN_DEAD_LEASES).
 INTERVAL_SECONDS = 1.0
-# Below this many open events a claim reads little whatever its plan: autovacuum's pace is enough.
-MIN_ROWS = 1_000
-# Statistics are refreshed when the table holds more than this many times the rows they were
-# taken at; the churn of a steady load (every claim and finish rewrites rows, their number stays)
-# is left to autovacuum.
-GROWTH = 4.0
-# The lease table is vacuumed from this many dead rows (and no fewer dead rows than live ones): a
-# few pages of them. Its own autovacuum threshold is the same, but autovacuum looks once a minute.
-MIN_DEAD_LEASES = 1_000
 
 
 class StatisticsKeeper:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
+import structlog
 from psycopg.types.json import Jsonb
 
 from tickler.scheduler.db import unavailable_reason
@@ -21,7 +22,10 @@ from tickler.scheduler.store.archive import archived_history
 from tickler.scheduler.store.group_commit import GroupCommit
 from tickler.scheduler.store.operations import EventOperations
 from tickler.scheduler.store.search import Matching
+from tickler.scheduler.store.statistics import StatisticsStore, WriterLook
 from tickler.scheduler.tracing import TraceContext
+
+log = structlog.get_logger(__name__)
 
 try:
     import orjson as _orjson
@@ -93,6 +97,7 @@ class EventStore(EventOperations):
         self.groups: GroupCommit[tuple[NewEvent, TraceContext | None], dict[str, Any]] = GroupCommit(
             self._write_group, shared=lambda error: unavailable_reason(error) is not None
         )
+        self.statistics_look = WriterLook(StatisticsStore(engine))
 
     # -- scheduling -----------------------------------------------------------------------------
     # Every write of new events is one call of one SQL function, tickler_schedule_events()
@@ -152,6 +157,7 @@ class EventStore(EventOperations):
         params.update(_items(events, traces), with_events=False)
         # One statement (its own transaction), on the driver: no per-row SQLAlchemy processing.
         rows = self.rows("schedule_batch", params, tuples=True)
+        self._look_at_statistics()
         refused = Scheduled.IGNORED if on_conflict == OnConflict.IGNORE else Scheduled.REJECTED
         written = _WRITTEN
         return [
@@ -167,7 +173,17 @@ class EventStore(EventOperations):
         assert isinstance(key, tuple)
         params = self._params(*key)
         params.update(_items([event for event, _ in items], [trace for _, trace in items]), with_events=True)
-        return self.rows("schedule_events", params)
+        rows = self.rows("schedule_events", params)
+        self._look_at_statistics()
+        return rows
+
+    def _look_at_statistics(self) -> None:
+        """After a write (committed): the planner statistics of what was written (WriterLook),
+        which only a dispatcher would keep otherwise. Its failure is no failure of the write."""
+        try:
+            self.statistics_look.after_write()
+        except sa.exc.DBAPIError as error:
+            log.debug("statistics_look_failed", error=type(error.orig).__name__)
 
     @staticmethod
     def _params(
