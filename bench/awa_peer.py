@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tickler.config.database_url import parse
+
 KIND = "bench"
 QUEUE = "bench"
 
@@ -38,7 +40,11 @@ def version() -> str:
 def _client(url: str) -> Any:
     import awa
 
-    return awa.Client(url, max_connections=2)
+    # awa's driver reads host:port in the URL's authority only (not libpq's ?host= form)
+    found = parse(url)
+    [host] = found.hosts
+    plain = f"postgresql://{found.user or 'postgres'}@{host.name}:{host.port or 5432}/{found.dbname}"
+    return awa.Client(plain, max_connections=2)
 
 
 def install(url: str) -> None:
