@@ -96,17 +96,24 @@ def test_concurrent_claimers_never_take_a_lower_priority_before_a_higher_one(
         actor="test",
     )
     order: list[tuple[int, int]] = []  # (claim sequence, priority), by claim completion
-    lock = threading.Lock()
+    turns = threading.Condition()
+    turn = [0]  # whose claim is next: the claimers take turns, each on a session of its own
+    done = threading.Event()
 
-    def claimer(name: str) -> None:
+    def claimer(n: int) -> None:
         while True:
-            with lock:  # the claims may interleave in the database; their results are serialised here
-                leases = store.leases.claim(queue, worker=name, limit=5, now=now)
+            with turns:
+                turns.wait_for(lambda: done.is_set() or turn[0] % 4 == n)
+                if done.is_set():
+                    return
+                leases = store.leases.claim(queue, worker=f"w{n}", limit=5, now=now)
                 order.extend((len(order), e.priority) for lease in leases for e in lease.events)
-            if not leases:
-                return
+                if not leases:
+                    done.set()
+                turn[0] += 1
+                turns.notify_all()
 
-    threads = [threading.Thread(target=claimer, args=(f"w{n}",)) for n in range(4)]
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -115,7 +122,7 @@ def test_concurrent_claimers_never_take_a_lower_priority_before_a_higher_one(
     assert len(priorities) == 180
     assert priorities == sorted(priorities, reverse=True)
     claimers = {row[0] for row in raw.execute("SELECT DISTINCT claimed_by FROM tickler_event")}
-    assert len(claimers) >= 2
+    assert claimers == {"w0", "w1", "w2", "w3"}
 
 
 # -- fair share -----------------------------------------------------------------------------------

@@ -32,11 +32,14 @@ TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the statements the store ran (schedule_events, schedule_batch), in order."""
     names = {driver_sql(name): name for name in ("schedule_events", "schedule_batch")}
+    # the writer's look at the planner statistics (store/statistics.py): a job of its own, not the write's
+    looks = {driver_sql("hot_tables")}
     ran: list[str] = []
     real = db.driver_rows
 
     def spy(engine: Any, statement: str, params: Any = None, **kwargs: Any) -> list[Any]:
-        ran.append(names.get(statement, "other"))
+        if statement not in looks and not statement.startswith("ANALYZE"):
+            ran.append(names.get(statement, "other"))
         return real(engine, statement, params, **kwargs)
 
     monkeypatch.setattr(store_base, "driver_rows", spy)
