@@ -111,6 +111,21 @@ LANGUAGE sql STABLE AS $$
     LIMIT p_limit
 $$;
 
+-- The keyed hashes of the keys and groups an erasure erased, by queue (tickler_erased_value: what
+-- a lookup by value finds, and the keys whose timeline ends `erased`). The arrays are aligned by
+-- position; a NULL group is no value.
+CREATE OR REPLACE FUNCTION tickler_erasure_remember(p_erasure_id bigint, p_queues text[], p_item_keys text[],
+                                                    p_group_keys text[]) RETURNS boolean
+LANGUAGE sql AS $$
+    INSERT INTO tickler_erased_value (erasure_id, queue, kind, value_hash)
+    SELECT DISTINCT p_erasure_id, k.queue, v.kind, v.hash
+    FROM unnest(p_queues, p_item_keys, p_group_keys) AS k (queue, item_key, group_key)
+    CROSS JOIN LATERAL (VALUES ('item_key', k.item_key), ('group_key', k.group_key)) AS v (kind, hash)
+    WHERE v.hash IS NOT NULL
+    ON CONFLICT DO NOTHING;
+    SELECT true
+$$;
+
 -- The recurring schedules an erasure matches while its database part goes on: in the queues it
 -- covers, those of its group, and those whose occurrences' keys (`{schedule_key}@…`) its prefix
 -- covers. (Its item_keys name events: an occurrence named by key is erased as an event, and its
@@ -155,12 +170,10 @@ BEGIN
         RETURN 0;
     END IF;
     v_entries := tickler_erase_timeline(v_queues, v_keys, p_hashes);
-    INSERT INTO tickler_erased_value (erasure_id, queue, kind, value_hash)
-    SELECT DISTINCT p_erasure_id, k.queue, v.kind, p_hashes ->> v.value
-    FROM unnest(v_queues, v_keys, v_groups) AS k (queue, schedule_key, group_key)
-    CROSS JOIN LATERAL (VALUES ('item_key', k.schedule_key), ('group_key', k.group_key)) AS v (kind, value)
-    WHERE v.value IS NOT NULL
-    ON CONFLICT DO NOTHING;
+    PERFORM tickler_erasure_remember(
+        p_erasure_id, v_queues,
+        ARRAY(SELECT p_hashes ->> k FROM unnest(v_keys) WITH ORDINALITY AS u (k, n) ORDER BY n),
+        ARRAY(SELECT p_hashes ->> g FROM unnest(v_groups) WITH ORDINALITY AS u (g, n) ORDER BY n));
     UPDATE tickler_erasure
     SET status = 'running', started_at = coalesce(started_at, now()), timeline_entries = timeline_entries + v_entries
     WHERE id = p_erasure_id;
@@ -289,14 +302,11 @@ BEGIN
             FROM changed AS c
         ),
         remembered AS (
-            INSERT INTO tickler_erased_value (erasure_id, queue, kind, value_hash)
-            SELECT DISTINCT p_erasure_id, c.queue, v.kind, v.hash
+            SELECT tickler_erasure_remember(p_erasure_id, array_agg(c.queue), array_agg(c.item_key),
+                                            array_agg(c.group_key)) AS done
             FROM changed AS c
-            CROSS JOIN LATERAL (VALUES ('item_key', c.item_key), ('group_key', c.group_key)) AS v (kind, hash)
-            WHERE v.hash IS NOT NULL
-            ON CONFLICT DO NOTHING
         )
-        SELECT count(*) INTO v_events FROM changed CROSS JOIN logged;
+        SELECT count(*) INTO v_events FROM changed CROSS JOIN logged CROSS JOIN remembered;
         -- the round robin's hint may name an erased fairness key
         UPDATE tickler_fair_cursor AS f SET after_key = ''
         WHERE f.queue = ANY(v_queues) AND f.after_key <> '' AND p_hashes ? f.after_key;
@@ -335,14 +345,11 @@ BEGIN
                 RETURNING h.queue, h.item_key, h.group_key
             ),
             remembered AS (
-                INSERT INTO tickler_erased_value (erasure_id, queue, kind, value_hash)
-                SELECT DISTINCT p_erasure_id, c.queue, v.kind, v.hash
+                SELECT tickler_erasure_remember(p_erasure_id, array_agg(c.queue), array_agg(c.item_key),
+                                                array_agg(c.group_key)) AS done
                 FROM changed AS c
-                CROSS JOIN LATERAL (VALUES ('item_key', c.item_key), ('group_key', c.group_key)) AS v (kind, hash)
-                WHERE v.hash IS NOT NULL
-                ON CONFLICT DO NOTHING
             )
-            SELECT count(*) INTO v_events FROM changed;
+            SELECT count(*) INTO v_events FROM changed CROSS JOIN remembered;
             SELECT array_agg(k.queue), array_agg(k.item_key) INTO v_queues, v_keys
             FROM (SELECT DISTINCT q.queue, q.item_key FROM unnest(v_queues, v_keys) AS q (queue, item_key)) AS k;
             v_entries := tickler_erase_timeline(v_queues, v_keys, p_hashes);
