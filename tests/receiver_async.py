@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 
 
 @dataclass
@@ -105,3 +107,30 @@ def holding_receiver(host: str = "127.0.0.1") -> Iterator[HoldingReceiver]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def _answer_in_this_process(pipe: Connection) -> None:
+    with holding_receiver() as receiver:
+        receiver.hold, receiver.record = False, False
+        pipe.send(receiver.url)
+        pipe.recv()  # until the test is done
+
+
+@contextmanager
+def answering_receiver_process() -> Iterator[str]:
+    """A receiver that answers every request at once and keeps nothing, in a process of its own:
+    the test's process measures only its own side (memory, CPU), and the two sides do not take
+    turns on one interpreter lock. Yields its URL."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    process = context.Process(target=_answer_in_this_process, args=(theirs,), daemon=True)
+    process.start()
+    try:
+        if not ours.poll(30):
+            raise RuntimeError("the receiver process did not start")
+        yield ours.recv()
+    finally:
+        ours.send("stop")
+        process.join(10)
+        if process.is_alive():
+            process.kill()
