@@ -617,6 +617,18 @@ BEGIN
 END
 $$;
 
+-- Why a change by key (tickler_change_event, tickler_cancel_event) of the open event a key has,
+-- locked by tickler_lock_open_event(), is refused, if it is: 'not_found' (no open event),
+-- 'in_flight' (under a live lease: one that ran out was ended), 'stale_version' (p_if_match
+-- names other versions). The one home of that rule.
+CREATE OR REPLACE FUNCTION tickler_change_refused(p_open tickler_event, p_if_match integer[]) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+SELECT CASE WHEN p_open.id IS NULL THEN 'not_found'
+            WHEN p_open.lease_id IS NOT NULL THEN 'in_flight'
+            WHEN NOT p_open.version = ANY(coalesce(p_if_match, ARRAY[p_open.version])) THEN 'stale_version'
+       END
+$$;
+
 -- The wake-up handshake of a statement that makes one event due at `p_due` (a reschedule, a
 -- retry), in one place instead of a pair of CTEs in each statement. The rule of the write path
 -- (tickler_schedule_events): FOR KEY SHARE on the queue row, held to commit whether or not we
@@ -710,13 +722,9 @@ DECLARE
     v_details  jsonb;
 BEGIN
     SELECT * INTO v_old FROM tickler_lock_open_event(p_queue, p_item_key, v_now);
-    refused := CASE WHEN v_old.id IS NULL THEN 'not_found'
-                    WHEN v_old.lease_id IS NOT NULL THEN 'in_flight'  -- a lease that ran out was ended
-                    WHEN NOT v_old.version = ANY(coalesce(p_if_match, ARRAY[v_old.version])) THEN 'stale_version'
-               END;
+    refused := tickler_change_refused(v_old, p_if_match);
     IF refused IS NOT NULL THEN
-        event := CASE WHEN v_old.id IS NOT NULL THEN v_old END;
-        RETURN NEXT;
+        RETURN QUERY SELECT refused, CASE WHEN v_old.id IS NOT NULL THEN v_old END;
         RETURN;
     END IF;
     v_new := v_old;
@@ -788,13 +796,9 @@ DECLARE
     v_new  tickler_event;
 BEGIN
     SELECT * INTO v_old FROM tickler_lock_open_event(p_queue, p_item_key, v_now);
-    refused := CASE WHEN v_old.id IS NULL THEN 'not_found'
-                    WHEN v_old.lease_id IS NOT NULL THEN 'in_flight'  -- a lease that ran out was ended
-                    WHEN NOT v_old.version = ANY(coalesce(p_if_match, ARRAY[v_old.version])) THEN 'stale_version'
-               END;
+    refused := tickler_change_refused(v_old, p_if_match);
     IF refused IS NOT NULL THEN
-        event := CASE WHEN v_old.id IS NOT NULL THEN v_old END;
-        RETURN NEXT;
+        RETURN QUERY SELECT refused, CASE WHEN v_old.id IS NOT NULL THEN v_old END;
         RETURN;
     END IF;
     UPDATE tickler_event AS e
