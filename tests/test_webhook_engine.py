@@ -89,9 +89,11 @@ def worker_env(**knobs: str) -> dict[str, str]:
 def test_a_worker_killed_with_many_requests_in_flight_has_each_redelivered_once_after_its_lease(
     store: Store, database_url: str, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    n = 300
+    n = 1_000
     with holding_receiver() as receiver:
-        queue = make_queue("hooks", delivery_mode="webhook", webhook_url=receiver.url, lease_seconds=2)
+        queue = make_queue(
+            "hooks", delivery_mode="webhook", webhook_url=receiver.url, lease_seconds=2, webhook_timeout_seconds=60
+        )
         worker = start_worker(database_url, tmp_path, name="doomed", webhooks=True, **worker_env())
         try:
             schedule(store, queue, n)
