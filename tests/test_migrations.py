@@ -30,9 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def fresh_url(admin_url: str) -> Iterator[str]:
-    url = pg.create_database(admin_url, prefix="tickler_migrate")
-    yield url
-    pg.drop_database(admin_url, url)
+    with pg.own_database(admin_url, "tickler_migrate") as url:
+        yield url
 
 
 def _ledger(url: str) -> list[tuple[int, str]]:

@@ -14,8 +14,6 @@ import pytest
 
 from tests import pg
 from tickler.config import Settings
-from tickler.scheduler.db import create_engine, libpq_url
-from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.sql import driver_sql, file_queries
 from tickler.scheduler.store import QueueSettings, Store
@@ -93,16 +91,9 @@ def fresh_install(admin_url: str) -> Iterator[tuple[Store, psycopg.Connection[An
     keeps the statistics of earlier tests across TRUNCATE: a table analysed when every event was
     finished makes the planner believe no event is open, which is no fresh install.) Autovacuum
     is off for the event table, so an analyse cannot land in the middle of the load."""
-    url = pg.create_database(admin_url, prefix="tickler_plans")
-    migrate(url)
-    engine = create_engine(url, pool_size=2)
-    try:
-        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
-            raw.execute("ALTER TABLE tickler_event SET (autovacuum_enabled = off)")
-            yield Store(engine), raw
-    finally:
-        engine.dispose()
-        pg.drop_database(admin_url, url)
+    with pg.migrated_database(admin_url, "tickler_plans", pool_size=2) as (_, engine, raw):
+        raw.execute("ALTER TABLE tickler_event SET (autovacuum_enabled = off)")
+        yield Store(engine), raw
 
 
 @pytest.mark.parametrize("analysed", [False, True])

@@ -26,9 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def fresh_database(admin_url: str) -> Iterator[str]:
-    url = pg.create_database(admin_url, prefix="tickler_serve")
-    yield url
-    pg.drop_database(admin_url, url)
+    with pg.own_database(admin_url, "tickler_serve") as url:
+        yield url
 
 
 def _free_port() -> int:
