@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tests import pg
+from tests.helpers import plan_nodes
 from tickler.config import Settings
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.sql import driver_sql, file_queries
@@ -33,18 +34,9 @@ def scanned(plan_text: str) -> set[str]:
     guard reads one queue's settings, and the planner rightly scans a table of one page. So may
     the lease table (migration 0060): it holds the events in flight only, and has no index but its
     primary key (lease id), so that a claim writes one index entry for its lease."""
-
-    def walk(node: Any) -> Iterator[str]:
-        if isinstance(node, dict):
-            if node.get("Node Type") == "Seq Scan":
-                yield node.get("Relation Name", "?")
-            for value in node.values():
-                yield from walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                yield from walk(value)
-
-    return set(walk(json.loads(plan_text))) - {"tickler_queue", "tickler_lease"}
+    nodes = plan_nodes(json.loads(plan_text))
+    read_whole = {node.get("Relation Name", "?") for node in nodes if node.get("Node Type") == "Seq Scan"}
+    return read_whole - {"tickler_queue", "tickler_lease"}
 
 
 def populated(raw: psycopg.Connection[Any]) -> set[str]:
@@ -182,18 +174,11 @@ def assert_lease_table_read_by_key(store: Store, raw: psycopg.Connection[Any], q
 
 def scans_of_events(plan_text: str) -> list[tuple[str, str | None, float]]:
     """Each read of tickler_event in a plan: (node type, index, rows the planner expects)."""
-
-    def walk(node: Any) -> Iterator[tuple[str, str | None, float]]:
-        if isinstance(node, dict):
-            if node.get("Relation Name") == "tickler_event":
-                yield node["Node Type"], node.get("Index Name"), float(node["Plan Rows"])
-            for value in node.values():
-                yield from walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                yield from walk(value)
-
-    return list(walk(json.loads(plan_text)))
+    return [
+        (node["Node Type"], node.get("Index Name"), float(node["Plan Rows"]))
+        for node in plan_nodes(json.loads(plan_text))
+        if node.get("Relation Name") == "tickler_event"
+    ]
 
 
 def test_due_counts_read_only_the_due_range_of_a_large_future_backlog(
