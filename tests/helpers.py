@@ -1,8 +1,9 @@
 """Shared helpers of the tests: row counts, scheduling shortcuts, putting events in flight, the
-nodes of a query plan."""
+nodes of a query plan, the end of a process that a failed test would leave running."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -71,3 +72,10 @@ def plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:
     elif isinstance(plan, list):
         for value in plan:
             yield from plan_nodes(value)
+
+
+def kill_if_running(process: subprocess.Popen[Any]) -> None:
+    """Kill `process` and wait for it, if it still runs: a test that failed leaves nothing behind."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
