@@ -237,7 +237,7 @@ def counting_receiver(seconds: float) -> Iterator[tuple[CountingReceiver, str]]:
     class Handler(QuietHandler):
         def do_POST(self) -> None:
             counter.enter()
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.loads(self.body())
             time.sleep(counter.seconds)  # the receiver's own work, so that requests overlap
             counter.leave([event["id"] for event in body["events"]])
             self.send_response(204)

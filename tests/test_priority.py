@@ -231,7 +231,7 @@ def per_key_receiver(seconds: float, company: int) -> Iterator[tuple[dict[str, i
 
     class Handler(QuietHandler):
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.loads(self.body())
             key = body["events"][0].get("fairness_key") or ""
             with changed:
                 current[key] = current.get(key, 0) + 1
