@@ -15,7 +15,7 @@ import pytest
 from tests import pg
 from tests.helpers import plan_nodes
 from tickler.config import Settings
-from tickler.scheduler.models import NewEvent
+from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.sql import driver_sql, file_queries
 from tickler.scheduler.store import QueueSettings, Store
 
@@ -241,16 +241,9 @@ def test_the_claim_on_its_generic_plan_reads_the_first_due_events(
     assert settings is not None and "plan_cache_mode=force_generic_plan" in settings[0]
 
 
-@pytest.mark.parametrize("analysed", [False, True])
-def test_the_fair_claim_without_a_cap_probes_keys_on_its_indexes(
-    fresh_install: tuple[Store, psycopg.Connection[Any]], analysed: bool
-) -> None:
-    """The fair claim without a cap (claim_events with :fair: one autocommit statement) at 20,000 future
-    events in 3 priority levels over 1,000 fairness keys, 150 due over 50 keys: the statement and
-    the pick it calls read tickler_event through its indexes only (no sequential scan, also
-    without statistics), one probe per key looked at, never the future events one by one."""
-    store, raw = fresh_install
-    queue = store.queues.put("emails", QueueSettings(fair_share=True), Settings()).queue
+def schedule_keyed_backlog(store: Store, queue: Queue) -> None:
+    """20,000 future events in 3 priority levels (-1, 0, 1) over 1,000 fairness keys, and 150 due
+    over 50 of those keys."""
     for start in range(0, 20_000, 5_000):
         store.events.schedule_batch(
             queue,
@@ -265,6 +258,19 @@ def test_the_fair_claim_without_a_cap_probes_keys_on_its_indexes(
         [NewEvent(f"due{i}", {}, priority=(i % 3) - 1, fairness_key=f"t{i % 50}") for i in range(150)],
         actor="load",
     )
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+def test_the_fair_claim_without_a_cap_probes_keys_on_its_indexes(
+    fresh_install: tuple[Store, psycopg.Connection[Any]], analysed: bool
+) -> None:
+    """The fair claim without a cap (claim_events with :fair: one autocommit statement) at 20,000 future
+    events in 3 priority levels over 1,000 fairness keys, 150 due over 50 keys: the statement and
+    the pick it calls read tickler_event through its indexes only (no sequential scan, also
+    without statistics), one probe per key looked at, never the future events one by one."""
+    store, raw = fresh_install
+    queue = store.queues.put("emails", QueueSettings(fair_share=True), Settings()).queue
+    schedule_keyed_backlog(store, queue)
     if analysed:
         raw.execute("ANALYZE tickler_event")
     params = {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None, "flow": False}
