@@ -1,7 +1,10 @@
-"""Shared helpers of the API tests: row counts, scheduling shortcuts, putting events in flight."""
+"""Shared helpers of the tests: row counts, scheduling shortcuts, putting events in flight, the
+nodes of a query plan, the end of a process that a failed test would leave running."""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -57,3 +60,22 @@ def put_in_flight(raw: psycopg.Connection[Any], item_key: str, *, expired: bool 
         [queue, item_key],
     )
     assert done.rowcount == 1
+
+
+def plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:
+    """Every object of an EXPLAIN (FORMAT JSON) result, parsed, however deep, parents first: the plan
+    nodes (with their "Node Type", "Relation Name", counts...) and the objects around them."""
+    if isinstance(plan, dict):
+        yield plan
+        for value in plan.values():
+            yield from plan_nodes(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            yield from plan_nodes(value)
+
+
+def kill_if_running(process: subprocess.Popen[Any]) -> None:
+    """Kill `process` and wait for it, if it still runs: a test that failed leaves nothing behind."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()

@@ -19,6 +19,10 @@ class QuietHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def body(self) -> bytes:
+        """The request's body (its Content-Length bytes)."""
+        return self.rfile.read(int(self.headers["Content-Length"]))
+
 
 @contextmanager
 def serving(handler: type[BaseHTTPRequestHandler], *, backlog: int = 5) -> Iterator[str]:

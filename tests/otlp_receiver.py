@@ -65,8 +65,7 @@ def running_otlp_receiver() -> Iterator[OtlpReceiver]:
 
     class Handler(QuietHandler):
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            request = ExportTraceServiceRequest.FromString(body)
+            request = ExportTraceServiceRequest.FromString(self.body())
             found = []
             for resource_spans in request.resource_spans:
                 service = next(

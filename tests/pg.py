@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import uuid
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
+import sqlalchemy as sa
 from psycopg import sql
 
-from tickler.scheduler.db import libpq_url
+from tickler.scheduler.db import create_engine, libpq_url
+from tickler.scheduler.migrate import migrate
 
 
 def start_embedded_server(directory: Path) -> str:
@@ -61,3 +66,30 @@ def drop_database(admin_url: str, database_url: str) -> None:
     name = make_url(database_url).database
     with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@contextmanager
+def own_database(admin_url: str, prefix: str) -> Iterator[str]:
+    """A database of its own, named after `prefix`, dropped on the way out; yields its URL."""
+    url = create_database(admin_url, prefix)
+    try:
+        yield url
+    finally:
+        drop_database(admin_url, url)
+
+
+@contextmanager
+def migrated_database(
+    admin_url: str, prefix: str, *, through: int | None = None, pool_size: int = 3
+) -> Iterator[tuple[str, sa.Engine, psycopg.Connection[Any]]]:
+    """A database of its own, migrated (`through`: only up to that numbered migration, the schema
+    of an earlier release); yields its URL, an engine of `pool_size` connections and an autocommit
+    connection, all closed and the database dropped on the way out."""
+    with own_database(admin_url, prefix) as url:
+        migrate(url, through=through)
+        engine = create_engine(url, pool_size=pool_size)
+        try:
+            with psycopg.connect(libpq_url(url), autocommit=True) as raw:
+                yield url, engine, raw
+        finally:
+            engine.dispose()

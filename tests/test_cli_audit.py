@@ -81,16 +81,18 @@ def stand_in_replica(admin_url: str, keys: list[str]) -> Iterator[str]:
         pg.drop_database(admin_url, replica_url)
 
 
-def test_events_list_reads_the_replica_when_one_is_set(
-    cli: Callable[..., str],
-    monkeypatch: pytest.MonkeyPatch,
-    store: Store,
-    make_queue: Callable[..., Queue],
-    admin_url: str,
-) -> None:
-    """TICKLER_READ_DATABASE_URL serves the command line's reads that may lag, as the API's."""
+@pytest.fixture
+def on_the_primary(store: Store, make_queue: Callable[..., Queue]) -> None:
+    """The queue "emails" on the primary, holding one event: "on-the-primary"."""
     queue = make_queue("emails")
     store.events.schedule_batch(queue, [NewEvent("on-the-primary", {})], actor="test")
+
+
+@pytest.mark.usefixtures("on_the_primary")
+def test_events_list_reads_the_replica_when_one_is_set(
+    cli: Callable[..., str], monkeypatch: pytest.MonkeyPatch, admin_url: str
+) -> None:
+    """TICKLER_READ_DATABASE_URL serves the command line's reads that may lag, as the API's."""
     with stand_in_replica(admin_url, ["on-the-replica"]) as replica_url:
         monkeypatch.setenv("TICKLER_READ_DATABASE_URL", replica_url)
         listed = json.loads(cli("events", "list", "emails", "--json"))
@@ -100,17 +102,12 @@ def test_events_list_reads_the_replica_when_one_is_set(
         assert [event["item_key"] for event in listed["events"]] == ["on-the-primary"]
 
 
+@pytest.mark.usefixtures("on_the_primary")
 def test_queues_list_counts_on_the_replica_when_one_is_set(
-    cli: Callable[..., str],
-    monkeypatch: pytest.MonkeyPatch,
-    store: Store,
-    make_queue: Callable[..., Queue],
-    admin_url: str,
+    cli: Callable[..., str], monkeypatch: pytest.MonkeyPatch, admin_url: str
 ) -> None:
     """`queues list` (the table, over one plain connection, and --json) counts on the replica
     while it is reachable and close enough; on the primary when it is not, or when there is none."""
-    queue = make_queue("emails")
-    store.events.schedule_batch(queue, [NewEvent("on-the-primary", {})], actor="test")
 
     def pending() -> tuple[int, int]:
         [row] = [line.split() for line in cli("queues", "list").splitlines()[1:]]

@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests import pg
+from tests.helpers import kill_if_running
 from tests.helpers_wait import wait_until
 from tickler.scheduler.db import libpq_url
 from tickler.scheduler.migrate import MIGRATION_LOCK_KEY
@@ -228,9 +229,7 @@ def test_sigint_during_start_up_stops_serve_with_one_line(fresh_database: str, t
             process.send_signal(signal.SIGINT)
             assert process.wait(timeout=30) == 130
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            kill_if_running(process)
     said = [line for line in log_path.read_text().splitlines() if not line.startswith("{")]
     assert said == ["tickler: interrupted while starting; nothing was left running"], log_path.read_text()
     first = json.loads(log_path.read_text().splitlines()[0])

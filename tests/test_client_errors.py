@@ -11,19 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from tickler_client import (
-    Client,
-    Forbidden,
-    Lease,
-    NotFound,
-    PayloadTooLarge,
-    ServerError,
-    ServiceUnavailable,
-    StaleLease,
-    TicklerError,
-    TransportError,
-    Unauthorized,
-)
+from tickler_client import Client, Lease, errors
 from werkzeug.serving import make_server
 
 from tests.client_fixtures import MakeClient
@@ -45,14 +33,14 @@ def via_proxy(proxy: FlakyProxy, token: str, make_client: MakeClient) -> Client:
 
 
 def test_unauthorized_forbidden_and_not_found(live_server: str, tickler: Client, store_token: str) -> None:
-    with Client(live_server, "not-a-token") as stranger, pytest.raises(Unauthorized) as caught:
+    with Client(live_server, "not-a-token") as stranger, pytest.raises(errors.Unauthorized) as caught:
         stranger.get("emails", "k")
-    assert caught.value.status == 401 and isinstance(caught.value, TicklerError)
-    with pytest.raises(Forbidden):
+    assert caught.value.status == 401 and isinstance(caught.value, errors.TicklerError)
+    with pytest.raises(errors.Forbidden):
         tickler.put_queue("emails", max_attempts=3)  # a queue token is no admin
-    with Client(live_server, store_token) as other_tenant, pytest.raises(NotFound):
+    with Client(live_server, store_token) as other_tenant, pytest.raises(errors.NotFound):
         other_tenant.schedule("emails", "k")  # 404, not 403: another tenant's queue is not revealed
-    with pytest.raises(NotFound):
+    with pytest.raises(errors.NotFound):
         tickler.get_queue("nope")
 
 
@@ -65,7 +53,7 @@ def store_token(store: object) -> str:
 
 
 def test_payload_too_large(tickler: Client) -> None:
-    with pytest.raises(PayloadTooLarge) as caught:
+    with pytest.raises(errors.PayloadTooLarge) as caught:
         tickler.schedule("emails", "big", {"blob": "x" * 300_000})
     assert caught.value.status == 413 and "data" in caught.value.errors
 
@@ -88,7 +76,7 @@ def test_a_server_whose_database_is_down_answers_503_with_retry_after(token: str
     try:
         with (
             make_client(f"http://127.0.0.1:{server.server_port}", token, retries=0) as client,
-            pytest.raises(ServiceUnavailable) as caught,
+            pytest.raises(errors.ServiceUnavailable) as caught,
         ):
             client.schedule("emails", "k")
     finally:
@@ -104,7 +92,7 @@ def test_no_server_is_a_transport_error(make_client: MakeClient) -> None:
         port = probe.getsockname()[1]
     with (
         make_client(f"http://127.0.0.1:{port}", "t", retries=1, retry_backoff=0.01) as client,
-        pytest.raises(TransportError) as caught,
+        pytest.raises(errors.TransportError) as caught,
     ):
         client.get("emails", "k")
     assert caught.value.status == 0 and "no answer" in str(caught.value)
@@ -116,7 +104,7 @@ def test_reads_are_retried_after_503_and_dropped_connections(proxy: FlakyProxy, 
     assert via_proxy.get("emails", "k").item_key == "k"
     assert len(proxy.seen) == 3  # 503, no answer, then the answer
     proxy.fail_next("503", "503", "503")  # one more than the two retries
-    with pytest.raises(ServiceUnavailable) as caught:
+    with pytest.raises(errors.ServiceUnavailable) as caught:
         via_proxy.timeline("emails", "k")
     assert caught.value.retry_after == 0.0 and len(proxy.seen) == 3
     proxy.fail_next("drop", "503")
@@ -128,20 +116,20 @@ def test_writes_that_are_not_safe_to_repeat_are_sent_once(
 ) -> None:
     tickler.schedule("emails", "k", delay=60)
     proxy.fail_next("503")
-    with pytest.raises(ServiceUnavailable):
+    with pytest.raises(errors.ServiceUnavailable):
         via_proxy.cancel("emails", "k")
     assert len(proxy.seen) == 1 and tickler.get("emails", "k").status == "pending"
     proxy.fail_next("drop")
-    with pytest.raises(TransportError):
+    with pytest.raises(errors.TransportError):
         via_proxy.schedule("emails", "new")
     assert len(proxy.seen) == 1
     proxy.fail_next("503")
-    with pytest.raises(ServiceUnavailable):
+    with pytest.raises(errors.ServiceUnavailable):
         via_proxy.reschedule("emails", "k", delay=5)
     assert len(proxy.seen) == 1
     tickler.schedule("emails", "due")
     proxy.fail_next("503")
-    with pytest.raises(ServiceUnavailable):
+    with pytest.raises(errors.ServiceUnavailable):
         via_proxy.claim("emails", worker="w")
     assert len(proxy.seen) == 1
 
@@ -162,7 +150,7 @@ def test_a_resent_ack_is_told_apart_from_a_lost_lease(
     tickler.schedule("emails", "k")
     [lease] = tickler.claim("emails", worker="w")
     proxy.fail_next("lose")  # the ack lands, its answer is lost; the retry finds the lease finished
-    with pytest.raises(StaleLease) as caught:
+    with pytest.raises(errors.StaleLease) as caught:
         via_proxy.ack(lease)
     resent = caught.value
     # the ack, sent again after no answer, then the key's timeline read to tell why it is stale
@@ -178,12 +166,12 @@ def test_a_resent_ack_is_told_apart_from_a_lost_lease(
         return row is not None and bool(row[0])
 
     wait_until(expired, what="the lease expiring")
-    with pytest.raises(StaleLease) as caught:
+    with pytest.raises(errors.StaleLease) as caught:
         via_proxy.ack(lost)  # no answer was lost: the lease itself was
     assert (caught.value.after_unanswered_try, caught.value.lease_status) == (False, "expired")
     assert not caught.value.already_finished and "expired" in caught.value.detail
     [again] = tickler.claim("emails", worker="other")
-    with pytest.raises(StaleLease) as caught:
+    with pytest.raises(errors.StaleLease) as caught:
         via_proxy.extend(lost, 30)  # claimed again by another worker: the server cannot say more
     assert (caught.value.lease_status, caught.value.already_finished) == ("unknown", False)
     tickler.ack(again)
@@ -191,7 +179,7 @@ def test_a_resent_ack_is_told_apart_from_a_lost_lease(
 
 def test_an_unexpected_answer_is_a_server_error_and_not_retried(proxy: FlakyProxy, via_proxy: Client) -> None:
     proxy.fail_next("500")
-    with pytest.raises(ServerError) as caught:
+    with pytest.raises(errors.ServerError) as caught:
         via_proxy.get("emails", "k")
     assert caught.value.status == 500 and "Internal Server Error" in caught.value.detail and len(proxy.seen) == 1
 

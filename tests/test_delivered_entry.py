@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from tests.helpers import plan_nodes
 from tests.previous_ack import ack_before_0072
 from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.sql import driver_sql, file_queries
@@ -104,21 +105,11 @@ def history_rows_read(raw: psycopg.Connection[Any], name: str, params: dict[str,
     ui_reads = file_queries("tickler.scheduler.store", "ui_reads.sql")
     text = ui_reads[name] if name in ui_reads else driver_sql(name)
     [[result]] = raw.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {text}", params).fetchall()
-    total = 0
-
-    def walk(node: Any) -> None:
-        nonlocal total
-        if isinstance(node, dict):
-            if str(node.get("Relation Name", "")).startswith("tickler_event_history"):
-                total += int(node.get("Actual Rows", 0)) * int(node.get("Actual Loops", 1))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(result)
-    return total
+    return sum(
+        int(node.get("Actual Rows", 0)) * int(node.get("Actual Loops", 1))
+        for node in plan_nodes(result)
+        if str(node.get("Relation Name", "")).startswith("tickler_event_history")
+    )
 
 
 def test_a_key_delivered_many_times_reads_its_newest_entries_not_all_of_them(

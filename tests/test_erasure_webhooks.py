@@ -51,8 +51,7 @@ def slow_receiver() -> Iterator[SlowReceiver]:
 
     class Handler(QuietHandler):
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            keys = [event["item_key"] for event in json.loads(body)["events"]]
+            keys = [event["item_key"] for event in json.loads(self.body())["events"]]
             with receiver.lock:
                 receiver.arrived.append((time.monotonic(), keys))
             time.sleep(ANSWER_AFTER)  # the receiver's own slowness, not a wait for work

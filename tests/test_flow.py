@@ -9,7 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -237,7 +237,7 @@ def counting_receiver(seconds: float) -> Iterator[tuple[CountingReceiver, str]]:
     class Handler(QuietHandler):
         def do_POST(self) -> None:
             counter.enter()
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.loads(self.body())
             time.sleep(counter.seconds)  # the receiver's own work, so that requests overlap
             counter.leave([event["id"] for event in body["events"]])
             self.send_response(204)
@@ -290,40 +290,54 @@ def pull_consumer(base_url: str, token: str, queue: str, hook: str, stop: thread
             stop.wait(0.02)
 
 
-@pytest.mark.slow
-def test_max_in_flight_holds_across_worker_processes_and_pull_consumers(
-    database_url: str,
-    store: Store,
-    make_queue: Callable[..., Queue],
-    raw: psycopg.Connection[Any],
-    tmp_path: Path,
-    live_server: str,
-    admin_token: str,
-) -> None:
-    cap, events = 4, 120
-    with counting_receiver(0.02) as (counter, url):
-        queue = make_queue("hooks", delivery_mode="webhook", webhook_url=url, max_in_flight=cap)
+SharedDelivery = Callable[[str], AbstractContextManager[Callable[[], str]]]
+
+
+@pytest.fixture
+def shared_delivery(
+    database_url: str, raw: psycopg.Connection[Any], tmp_path: Path, live_server: str, admin_token: str
+) -> SharedDelivery:
+    """shared_delivery(hook): while in it, three worker processes deliver the webhook queue "hooks"
+    and two pull consumers claim from it too, handing each lease to `hook`; the consumers start
+    once every worker listens. It yields what reads the workers' logs (for a failure's message);
+    all are stopped on the way out."""
+
+    @contextmanager
+    def delivering(hook: str) -> Iterator[Callable[[], str]]:
         workers = [start_worker(database_url, tmp_path, name=f"w{n}", webhooks=True) for n in range(3)]
         stop = threading.Event()
         consumers = [
-            threading.Thread(target=pull_consumer, args=(live_server, admin_token, "hooks", url, stop), daemon=True)
+            threading.Thread(target=pull_consumer, args=(live_server, admin_token, "hooks", hook, stop), daemon=True)
             for _ in range(2)
         ]
         try:
             wait_until(lambda: listening(raw) >= 3, timeout=60, what=lambda: logs(tmp_path))
             for consumer in consumers:
                 consumer.start()
-            schedule(store, queue, events)
-            wait_until(
-                lambda: len(set(counter.ids)) == events,
-                timeout=90,
-                what=lambda: f"{len(set(counter.ids))} of {events} received\n{logs(tmp_path)}",
-            )
+            yield lambda: logs(tmp_path)
         finally:
             stop.set()
             stop_workers(workers)
             for consumer in consumers:
                 consumer.join(timeout=30)
+
+    return delivering
+
+
+@pytest.mark.slow
+def test_max_in_flight_holds_across_worker_processes_and_pull_consumers(
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], shared_delivery: SharedDelivery
+) -> None:
+    cap, events = 4, 120
+    with counting_receiver(0.02) as (counter, url):
+        queue = make_queue("hooks", delivery_mode="webhook", webhook_url=url, max_in_flight=cap)
+        with shared_delivery(url) as worker_logs:
+            schedule(store, queue, events)
+            wait_until(
+                lambda: len(set(counter.ids)) == events,
+                timeout=90,
+                what=lambda: f"{len(set(counter.ids))} of {events} received\n{worker_logs()}",
+            )
     claimers = {row[0].split("/")[0] for row in raw.execute("SELECT DISTINCT claimed_by FROM tickler_event_all")}
     assert len(claimers) >= 2, claimers  # the work was really shared between processes
     assert counter.most <= cap

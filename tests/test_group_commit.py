@@ -180,37 +180,49 @@ def test_a_group_whose_write_fails_writes_each_item_alone() -> None:
     assert sorted(map(tuple, calls[1:])) == [("a",), ("bad",), ("c",)]
 
 
-def test_requests_that_arrive_while_a_write_is_under_way_share_the_next_one() -> None:
-    """No request waits for a lone one's write, but those arriving during it are written together."""
-    calls: list[list[str]] = []
-    release = threading.Event()
+class FirstHeld:
+    """A group commit of key "q" whose write records the items of each call and holds the write
+    of "first" until `release` is set (`entered`: that write began); `start(*items)` sends each
+    item as a request of its own thread, whose answer goes to `results`."""
 
-    def write(key: Any, items: Sequence[str]) -> list[str]:
-        calls.append(list(items))
-        if items == ["first"]:
-            release.wait(timeout=30)
+    def __init__(self, window: float) -> None:
+        self.calls: list[list[str]] = []
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.results: dict[str, str] = {}
+        self.groups: GroupCommit[str, str] = GroupCommit(self.write, window=window)
+
+    def write(self, key: Any, items: Sequence[str]) -> list[str]:
+        self.calls.append(list(items))
+        if items[0] == "first":
+            self.entered.set()
+            self.release.wait(timeout=30)
         return list(items)
 
-    groups: GroupCommit[str, str] = GroupCommit(write, window=3600)
-    results: dict[str, str] = {}
+    def request(self, item: str) -> None:
+        with self.groups.handling():
+            self.results[item] = self.groups.submit("q", item, item)
 
-    def request(item: str) -> None:
-        with groups.handling():
-            results[item] = groups.submit("q", item, item)
+    def start(self, *items: str) -> list[threading.Thread]:
+        threads = [threading.Thread(target=self.request, args=(item,)) for item in items]
+        for thread in threads:
+            thread.start()
+        return threads
 
-    first = threading.Thread(target=request, args=("first",))
-    first.start()
-    wait_until(lambda: calls == [["first"]], what="the lone request writes at once")
-    later = [threading.Thread(target=request, args=(item,)) for item in ("b", "c")]
-    for thread in later:
-        thread.start()
+
+def test_requests_that_arrive_while_a_write_is_under_way_share_the_next_one() -> None:
+    """No request waits for a lone one's write, but those arriving during it are written together."""
+    held = FirstHeld(window=3600)
+    first = held.start("first")
+    wait_until(lambda: held.calls == [["first"]], what="the lone request writes at once")
+    later = held.start("b", "c")
+    groups = held.groups
     wait_until(lambda: "q" in groups._open and len(groups._open["q"].items) == 2, what="b and c join one group")
-    assert calls == [["first"]]  # the group waits for the write under way (the window is an hour)
-    release.set()
-    for thread in (first, *later):
+    assert held.calls == [["first"]]  # the group waits for the write under way (the window is an hour)
+    held.release.set()
+    for thread in first + later:
         thread.join(timeout=30)
-    assert results == {"first": "first", "b": "b", "c": "c"}
-    assert [sorted(call) for call in calls] == [["first"], ["b", "c"]]
+    assert held.results == {"first": "first", "b": "b", "c": "c"}
+    assert [sorted(call) for call in held.calls] == [["first"], ["b", "c"]]
 
 
 def test_the_window_is_a_setting_from_0_to_1000_ms() -> None:
@@ -258,33 +270,14 @@ def test_grouped_replaces_each_answer_their_own_version_and_etag(
 
 def test_a_window_of_zero_writes_every_item_alone() -> None:
     """TICKLER_GROUP_COMMIT_MS=0: requests on their way and a write under way never make a group."""
-    calls: list[list[str]] = []
-    entered, release = threading.Event(), threading.Event()
-
-    def write(key: Any, items: Sequence[str]) -> list[str]:
-        calls.append(list(items))
-        if items[0] == "first":
-            entered.set()
-            release.wait(timeout=30)
-        return list(items)
-
-    groups: GroupCommit[str, str] = GroupCommit(write, window=0)
-    results: dict[str, str] = {}
-
-    def request(item: str) -> None:
-        with groups.handling():
-            results[item] = groups.submit("q", item, item)
-
-    first = threading.Thread(target=request, args=("first",))
-    first.start()
-    assert entered.wait(timeout=30)
+    held = FirstHeld(window=0)
+    first = held.start("first")
+    assert held.entered.wait(timeout=30)
     # a write of the same key is under way: with a window these would wait for it and share one
-    later = [threading.Thread(target=request, args=(item,)) for item in ("b", "c")]
-    for thread in later:
-        thread.start()
-    wait_until(lambda: len(calls) == 3, timeout=30)
-    release.set()
-    for thread in (first, *later):
+    later = held.start("b", "c")
+    wait_until(lambda: len(held.calls) == 3, timeout=30)
+    held.release.set()
+    for thread in first + later:
         thread.join(timeout=30)
-    assert results == {"first": "first", "b": "b", "c": "c"}
-    assert sorted(calls) == [["b"], ["c"], ["first"]]
+    assert held.results == {"first": "first", "b": "b", "c": "c"}
+    assert sorted(held.calls) == [["b"], ["c"], ["first"]]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from tests.conftest import auth
+from tests.helpers import plan_nodes
 from tests.helpers_wait import wait_until
 from tests.test_plans import claim_plan, plan
 from tickler.config import Settings
@@ -140,18 +141,11 @@ def test_claims_due_counts_and_gauges_read_no_history(
 
 def read_relations(plan_text: str) -> set[str]:
     """The relations a plan reads (scans of any kind; a claim may write timeline rows, not read them)."""
-
-    def walk(node: Any) -> Iterator[str]:
-        if isinstance(node, dict):
-            if str(node.get("Node Type", "")).endswith("Scan") and "Relation Name" in node:
-                yield node["Relation Name"]
-            for value in node.values():
-                yield from walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                yield from walk(value)
-
-    return set(walk(json.loads(plan_text)))
+    return {
+        node["Relation Name"]
+        for node in plan_nodes(json.loads(plan_text))
+        if str(node.get("Node Type", "")).endswith("Scan") and "Relation Name" in node
+    }
 
 
 def test_retention_drops_each_queues_days_past_its_own_retention(

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tests import pg
+from tests.helpers import kill_if_running
 from tickler.scheduler import migrate as migrate_module
 from tickler.scheduler.db import libpq_url
 from tickler.scheduler.migrate import (
@@ -30,9 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def fresh_url(admin_url: str) -> Iterator[str]:
-    url = pg.create_database(admin_url, prefix="tickler_migrate")
-    yield url
-    pg.drop_database(admin_url, url)
+    with pg.own_database(admin_url, "tickler_migrate") as url:
+        yield url
 
 
 def _ledger(url: str) -> list[tuple[int, str]]:
@@ -105,9 +105,7 @@ def test_concurrent_processes_apply_each_migration_once(fresh_url: str) -> None:
             outputs.append(line.removeprefix("applied:"))
     finally:
         for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            kill_if_running(process)
     applied = sorted(label for out in outputs for label in out.split(",") if label)
     assert applied == sorted(step.label for step in every_step())
     assert _ledger(fresh_url) == [(m.version, m.name) for m in available_migrations()]

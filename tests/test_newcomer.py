@@ -14,7 +14,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from tests.conftest import auth
-from tests.helpers import schedule
+from tests.helpers import kill_if_running, schedule
 from tests.helpers_wait import wait_until
 from tickler.scheduler.logs import configure_logging
 
@@ -97,9 +97,7 @@ def test_serve_started_in_the_background_stops_on_sigint(database_url: str, tmp_
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_if_running(process)
 
 
 def test_admins_read_a_webhook_queues_signing_secret_and_the_read_is_logged(

@@ -13,10 +13,9 @@ import psycopg
 import pytest
 
 from tests import pg
+from tests.helpers import plan_nodes
 from tickler.config import Settings
-from tickler.scheduler.db import create_engine, libpq_url
-from tickler.scheduler.migrate import migrate
-from tickler.scheduler.models import NewEvent
+from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.sql import driver_sql, file_queries
 from tickler.scheduler.store import QueueSettings, Store
 
@@ -35,18 +34,9 @@ def scanned(plan_text: str) -> set[str]:
     guard reads one queue's settings, and the planner rightly scans a table of one page. So may
     the lease table (migration 0060): it holds the events in flight only, and has no index but its
     primary key (lease id), so that a claim writes one index entry for its lease."""
-
-    def walk(node: Any) -> Iterator[str]:
-        if isinstance(node, dict):
-            if node.get("Node Type") == "Seq Scan":
-                yield node.get("Relation Name", "?")
-            for value in node.values():
-                yield from walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                yield from walk(value)
-
-    return set(walk(json.loads(plan_text))) - {"tickler_queue", "tickler_lease"}
+    nodes = plan_nodes(json.loads(plan_text))
+    read_whole = {node.get("Relation Name", "?") for node in nodes if node.get("Node Type") == "Seq Scan"}
+    return read_whole - {"tickler_queue", "tickler_lease"}
 
 
 def populated(raw: psycopg.Connection[Any]) -> set[str]:
@@ -93,16 +83,9 @@ def fresh_install(admin_url: str) -> Iterator[tuple[Store, psycopg.Connection[An
     keeps the statistics of earlier tests across TRUNCATE: a table analysed when every event was
     finished makes the planner believe no event is open, which is no fresh install.) Autovacuum
     is off for the event table, so an analyse cannot land in the middle of the load."""
-    url = pg.create_database(admin_url, prefix="tickler_plans")
-    migrate(url)
-    engine = create_engine(url, pool_size=2)
-    try:
-        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
-            raw.execute("ALTER TABLE tickler_event SET (autovacuum_enabled = off)")
-            yield Store(engine), raw
-    finally:
-        engine.dispose()
-        pg.drop_database(admin_url, url)
+    with pg.migrated_database(admin_url, "tickler_plans", pool_size=2) as (_, engine, raw):
+        raw.execute("ALTER TABLE tickler_event SET (autovacuum_enabled = off)")
+        yield Store(engine), raw
 
 
 @pytest.mark.parametrize("analysed", [False, True])
@@ -191,18 +174,11 @@ def assert_lease_table_read_by_key(store: Store, raw: psycopg.Connection[Any], q
 
 def scans_of_events(plan_text: str) -> list[tuple[str, str | None, float]]:
     """Each read of tickler_event in a plan: (node type, index, rows the planner expects)."""
-
-    def walk(node: Any) -> Iterator[tuple[str, str | None, float]]:
-        if isinstance(node, dict):
-            if node.get("Relation Name") == "tickler_event":
-                yield node["Node Type"], node.get("Index Name"), float(node["Plan Rows"])
-            for value in node.values():
-                yield from walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                yield from walk(value)
-
-    return list(walk(json.loads(plan_text)))
+    return [
+        (node["Node Type"], node.get("Index Name"), float(node["Plan Rows"]))
+        for node in plan_nodes(json.loads(plan_text))
+        if node.get("Relation Name") == "tickler_event"
+    ]
 
 
 def test_due_counts_read_only_the_due_range_of_a_large_future_backlog(
@@ -265,16 +241,9 @@ def test_the_claim_on_its_generic_plan_reads_the_first_due_events(
     assert settings is not None and "plan_cache_mode=force_generic_plan" in settings[0]
 
 
-@pytest.mark.parametrize("analysed", [False, True])
-def test_the_fair_claim_without_a_cap_probes_keys_on_its_indexes(
-    fresh_install: tuple[Store, psycopg.Connection[Any]], analysed: bool
-) -> None:
-    """The fair claim without a cap (claim_events with :fair: one autocommit statement) at 20,000 future
-    events in 3 priority levels over 1,000 fairness keys, 150 due over 50 keys: the statement and
-    the pick it calls read tickler_event through its indexes only (no sequential scan, also
-    without statistics), one probe per key looked at, never the future events one by one."""
-    store, raw = fresh_install
-    queue = store.queues.put("emails", QueueSettings(fair_share=True), Settings()).queue
+def schedule_keyed_backlog(store: Store, queue: Queue) -> None:
+    """20,000 future events in 3 priority levels (-1, 0, 1) over 1,000 fairness keys, and 150 due
+    over 50 of those keys."""
     for start in range(0, 20_000, 5_000):
         store.events.schedule_batch(
             queue,
@@ -289,6 +258,19 @@ def test_the_fair_claim_without_a_cap_probes_keys_on_its_indexes(
         [NewEvent(f"due{i}", {}, priority=(i % 3) - 1, fairness_key=f"t{i % 50}") for i in range(150)],
         actor="load",
     )
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+def test_the_fair_claim_without_a_cap_probes_keys_on_its_indexes(
+    fresh_install: tuple[Store, psycopg.Connection[Any]], analysed: bool
+) -> None:
+    """The fair claim without a cap (claim_events with :fair: one autocommit statement) at 20,000 future
+    events in 3 priority levels over 1,000 fairness keys, 150 due over 50 keys: the statement and
+    the pick it calls read tickler_event through its indexes only (no sequential scan, also
+    without statistics), one probe per key looked at, never the future events one by one."""
+    store, raw = fresh_install
+    queue = store.queues.put("emails", QueueSettings(fair_share=True), Settings()).queue
+    schedule_keyed_backlog(store, queue)
     if analysed:
         raw.execute("ANALYZE tickler_event")
     params = {"queue": "emails", "worker": "w", "limit": 100, "lease_seconds": 30, "now": None, "flow": False}

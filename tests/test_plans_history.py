@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.helpers import plan_nodes
 from tests.test_plans import fresh_install, plan, populated, scanned  # noqa: F401 (fixture)
 from tickler.config import Settings
 from tickler.scheduler.models import NewEvent
@@ -44,39 +45,20 @@ def buffers(raw: psycopg.Connection[Any], name: str, params: dict[str, Any], tab
     """Shared buffers the statement's reads of these tables touch when it runs (EXPLAIN ANALYZE,
     BUFFERS): a count that the box's load does not move."""
     [[result]] = raw.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {driver_sql(name)}", params).fetchall()
-    total = 0
-
-    def walk(node: Any) -> None:
-        nonlocal total
-        if isinstance(node, dict):
-            if node.get("Relation Name") in tables:
-                total += int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(result)
-    return total
+    return sum(
+        int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
+        for node in plan_nodes(result)
+        if node.get("Relation Name") in tables
+    )
 
 
 def history_scans(plan_text: str, tables: set[str]) -> set[str]:
     """How a plan reads these history partitions (node type and index)."""
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("Relation Name") in tables and "Node Type" in node:
-                found.add(f"{node['Node Type']}:{node.get('Index Name')}:{node.get('Index Cond')}")
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(json.loads(plan_text))
-    return found
+    return {
+        f"{node['Node Type']}:{node.get('Index Name')}:{node.get('Index Cond')}"
+        for node in plan_nodes(json.loads(plan_text))
+        if node.get("Relation Name") in tables and "Node Type" in node
+    }
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,10 +20,10 @@ from tests.conftest import auth
 from tests.helpers import assert_problem, key_url, schedule, written
 from tests.helpers_http import QuietHandler, serving
 from tests.helpers_wait import wait_until
-from tests.test_flow import listening, pull_consumer
-from tests.test_plans import claim_plan, plan, scanned
+from tests.test_flow import SharedDelivery
+from tests.test_flow import shared_delivery as shared_delivery
+from tests.test_plans import claim_plan, plan, scanned, schedule_keyed_backlog
 from tests.test_plans import fresh_install as fresh_install
-from tests.workers.spawn import logs, start_worker, stop_workers
 from tickler.config import Settings
 from tickler.scheduler.models import Lease, NewEvent, Queue
 from tickler.scheduler.store import QueueSettings, Store
@@ -231,7 +230,7 @@ def per_key_receiver(seconds: float, company: int) -> Iterator[tuple[dict[str, i
 
     class Handler(QuietHandler):
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.loads(self.body())
             key = body["events"][0].get("fairness_key") or ""
             with changed:
                 current[key] = current.get(key, 0) + 1
@@ -273,27 +272,12 @@ def most_leases_live_per_key(raw: psycopg.Connection[Any], queue: str) -> dict[s
 
 @pytest.mark.slow
 def test_max_in_flight_per_key_holds_across_worker_processes_and_pull_consumers(
-    database_url: str,
-    store: Store,
-    make_queue: Callable[..., Queue],
-    raw: psycopg.Connection[Any],
-    tmp_path: Path,
-    live_server: str,
-    admin_token: str,
+    store: Store, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], shared_delivery: SharedDelivery
 ) -> None:
     cap, keys, per_key = 2, 6, 12
     with per_key_receiver(2.0, company=cap) as (most, ids, url):
         queue = make_queue("hooks", delivery_mode="webhook", webhook_url=url, max_in_flight_per_key=cap)
-        workers = [start_worker(database_url, tmp_path, name=f"w{n}", webhooks=True) for n in range(3)]
-        stop = threading.Event()
-        consumers = [
-            threading.Thread(target=pull_consumer, args=(live_server, admin_token, "hooks", url, stop), daemon=True)
-            for _ in range(2)
-        ]
-        try:
-            wait_until(lambda: listening(raw) >= 3, timeout=60, what=lambda: logs(tmp_path))
-            for consumer in consumers:
-                consumer.start()
+        with shared_delivery(url) as worker_logs:
             events = [
                 NewEvent(f"k{k}-{i}", {}, fairness_key=f"tenant-{k}") for k in range(keys) for i in range(per_key)
             ]
@@ -301,13 +285,8 @@ def test_max_in_flight_per_key_holds_across_worker_processes_and_pull_consumers(
             wait_until(
                 lambda: len(set(ids)) == keys * per_key,
                 timeout=120,
-                what=lambda: f"{len(set(ids))} of {keys * per_key} received\n{logs(tmp_path)}",
+                what=lambda: f"{len(set(ids))} of {keys * per_key} received\n{worker_logs()}",
             )
-        finally:
-            stop.set()
-            stop_workers(workers)
-            for consumer in consumers:
-                consumer.join(timeout=30)
     claimers = {row[0].split("/")[0] for row in raw.execute("SELECT DISTINCT claimed_by FROM tickler_event_all")}
     assert len(claimers) >= 2, claimers  # the work was really shared between processes
     assert max(most.values()) <= cap, most
@@ -478,20 +457,7 @@ def test_priority_and_fair_claims_stay_on_their_indexes(request: pytest.FixtureR
     and never the future events one by one."""
     store, raw = request.getfixturevalue("fresh_install")
     queue = store.queues.put("emails", QueueSettings(), Settings()).queue
-    for start in range(0, 20_000, 5_000):
-        store.events.schedule_batch(
-            queue,
-            [
-                NewEvent(f"k{i}", {}, delay_seconds=3600, priority=(i % 3) - 1, fairness_key=f"t{i % 1000}")
-                for i in range(start, start + 5_000)
-            ],
-            actor="load",
-        )
-    store.events.schedule_batch(
-        queue,
-        [NewEvent(f"due{i}", {}, priority=(i % 3) - 1, fairness_key=f"t{i % 50}") for i in range(150)],
-        actor="load",
-    )
+    schedule_keyed_backlog(store, queue)
     if analysed:
         raw.execute("ANALYZE tickler_event")
     claim = json.dumps(claim_plan(raw))  # tickler_claim_events()'s statement, on its generic plan

@@ -15,7 +15,7 @@ from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import auth
-from tests.helpers import schedule
+from tests.helpers import plan_nodes, schedule
 from tests.test_plans import plan
 from tickler.api import close_app, create_app
 from tickler.config import Settings
@@ -104,20 +104,8 @@ def test_every_process_answers_the_same_gauges(client: FlaskClient, admin_token:
 
 def _seq_scans(plan_json: str) -> list[str]:
     """Relations read by a sequential scan anywhere in a JSON plan."""
-    found: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("Node Type") == "Seq Scan":
-                found.append(node.get("Relation Name", "?"))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(json.loads(plan_json))
-    return found
+    nodes = plan_nodes(json.loads(plan_json))
+    return [node.get("Relation Name", "?") for node in nodes if node.get("Node Type") == "Seq Scan"]
 
 
 def test_gauge_and_retry_plans_stay_on_indexes_at_size(

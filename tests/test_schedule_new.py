@@ -64,20 +64,24 @@ def outcome(
     return (str(result), row)
 
 
-def calls(queue: Queue, unknown: Queue) -> list[tuple[Queue, str, NewEvent, dict[str, Any]]]:
-    """Every kind of single new event under reject and ignore, taken keys and errors among them."""
-    at = [T0 + timedelta(seconds=10 * n) for n in range(20)]
-    full = NewEvent(
-        "a",
-        {"n": 1, "nested": {"x": [1, 2]}},
+def every_field(item_key: str, n: int) -> NewEvent:
+    """A new event that gives every field, in group g1 with fairness key f1."""
+    return NewEvent(
+        item_key,
+        {"n": n, "nested": {"x": [1, 2]}},
         group_key="g1",
         schedule_on=datetime(2030, 1, 1, 10, 0, tzinfo=UTC),
         max_attempts=5,
         priority=2,
         fairness_key="f1",
     )
+
+
+def calls(queue: Queue, unknown: Queue) -> list[tuple[Queue, str, NewEvent, dict[str, Any]]]:
+    """Every kind of single new event under reject and ignore, taken keys and errors among them."""
+    at = [T0 + timedelta(seconds=10 * n) for n in range(20)]
     return [
-        (queue, "reject", full, {"now": at[0]}),  # created, every field given
+        (queue, "reject", every_field("a", 1), {"now": at[0]}),  # created, every field given
         (queue, "reject", NewEvent("a", {}, delay_seconds=5), {"now": at[1]}),  # taken: KeyConflict
         (queue, "ignore", NewEvent("a", {}), {"now": at[2]}),  # taken: the open event, ignored
         (queue, "ignore", NewEvent("b", {}, delay_seconds=60.5, fairness_key="fb"), {"now": at[3]}),  # created
@@ -205,15 +209,7 @@ def groups(queue: Queue, unknown: Queue) -> list[tuple[Queue, str, list[NewEvent
             queue,
             "reject",
             [
-                NewEvent(
-                    "d",
-                    {"n": 2, "nested": {"x": [1, 2]}},
-                    group_key="g1",
-                    schedule_on=datetime(2030, 1, 1, 10, 0, tzinfo=UTC),
-                    max_attempts=5,
-                    priority=2,
-                    fairness_key="f1",
-                ),
+                every_field("d", 2),
                 NewEvent("a", {}),  # taken: conflict, the open event
                 NewEvent("e", {}, priority=-100, max_attempts=1, group_key="g1", fairness_key="f1"),
             ],

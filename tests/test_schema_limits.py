@@ -37,6 +37,12 @@ def _errors(response: Any) -> dict[str, Any]:
     return dict(response.json["errors"])
 
 
+def _schedule_errors(client: FlaskClient, token: str, **fields: Any) -> dict[str, Any]:
+    """The errors of the 400 that refuses the schedule "daily" put as SCHEDULE with `fields` changed."""
+    response = client.put("/v1/queues/emails/schedules/daily", json=SCHEDULE | fields, headers=auth(token))
+    return _errors(response)
+
+
 def test_a_schedules_cursor_is_checked_before_the_database(client: FlaskClient, token: str, emails: str) -> None:
     response = client.get("/v1/queues/emails/schedules?cursor=a%00b", headers=auth(token))
     assert "cursor" in _errors(response)
@@ -53,9 +59,7 @@ def test_time_zones_are_listed_and_an_unknown_one_is_refused(
 ) -> None:
     timezone = _property(app, "/v1/queues/{queue}/schedules/{schedule_key}", "put", "timezone")
     assert set(timezone["x-time-zones"]) == set(available_timezones()) and "Europe/Berlin" in timezone["x-time-zones"]
-    body = SCHEDULE | {"timezone": "Mars/Olympus_Mons"}
-    response = client.put("/v1/queues/emails/schedules/daily", json=body, headers=auth(token))
-    assert "timezone" in _errors(response)
+    assert "timezone" in _schedule_errors(client, token, timezone="Mars/Olympus_Mons")
 
 
 READ = ["0 8 * * 1-5", "*/15 * * * *", "0 0 1 jan *", "0 0 1 JAN *", "0 9 * * mon-fri", "5 4 * * 7", "5/2 * * * *"]
@@ -77,9 +81,7 @@ def test_the_cron_pattern_refuses_what_the_parser_refuses(
     with pytest.raises(ValueError):
         cron.parse(expression, "UTC")
     assert not re.match(patterns.CRON_PATTERN, expression)
-    body = SCHEDULE | {"cron": expression}
-    response = client.put("/v1/queues/emails/schedules/daily", json=body, headers=auth(token))
-    assert "cron" in _errors(response)
+    assert "cron" in _schedule_errors(client, token, cron=expression)
 
 
 def test_the_cron_field_is_documented_with_its_pattern(app: Flask) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests import pg
+from tests.helpers import kill_if_running
 from tests.helpers_wait import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,9 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def fresh_database(admin_url: str) -> Iterator[str]:
-    url = pg.create_database(admin_url, prefix="tickler_serve")
-    yield url
-    pg.drop_database(admin_url, url)
+    with pg.own_database(admin_url, "tickler_serve") as url:
+        yield url
 
 
 def _free_port() -> int:
@@ -326,9 +326,7 @@ def test_a_web_process_that_keeps_dying_is_restarted_ever_more_slowly(tmp_path: 
         supervisor.send_signal(signal.SIGTERM)
         assert supervisor.wait(timeout=30) == 0
     finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
+        kill_if_running(supervisor)
 
 
 def test_without_fork_or_pdeathsig_serve_runs_one_process(monkeypatch: pytest.MonkeyPatch) -> None:

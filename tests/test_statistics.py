@@ -18,8 +18,7 @@ from tests import pg
 from tests.helpers_wait import wait_until
 from tests.helpers_worker import recording_worker
 from tickler.config import Settings
-from tickler.scheduler.db import create_engine, libpq_url
-from tickler.scheduler.migrate import migrate
+from tickler.scheduler.db import create_engine
 from tickler.scheduler.models import NewEvent, Queue
 from tickler.scheduler.sql import driver_sql
 from tickler.scheduler.statistics import MIN_DEAD_LEASES, MIN_ROWS, StatisticsKeeper, periodic
@@ -31,17 +30,10 @@ from tickler.scheduler.store.statistics import WriterLook
 def fresh(admin_url: str) -> Iterator[tuple[str, Store, psycopg.Connection[Any]]]:
     """A database of its own, just migrated: its tables were never analyzed. Autovacuum is off
     for the hot tables, so that only the code under test analyzes them."""
-    url = pg.create_database(admin_url, prefix="tickler_stats")
-    migrate(url)
-    engine = create_engine(url, pool_size=2)
-    try:
-        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
-            raw.execute("ALTER TABLE tickler_event SET (autovacuum_enabled = off)")
-            raw.execute("ALTER TABLE tickler_lease SET (autovacuum_enabled = off)")
-            yield url, Store(engine), raw
-    finally:
-        engine.dispose()
-        pg.drop_database(admin_url, url)
+    with pg.migrated_database(admin_url, "tickler_stats", pool_size=2) as (url, engine, raw):
+        raw.execute("ALTER TABLE tickler_event SET (autovacuum_enabled = off)")
+        raw.execute("ALTER TABLE tickler_lease SET (autovacuum_enabled = off)")
+        yield url, Store(engine), raw
 
 
 def schedule(url: str, queue: Queue, count: int, *, start: int = 0, delay_seconds: float = 3600) -> None:

@@ -118,6 +118,27 @@ def _put_queue(url: str, admin_token: str, name: str, delivery: dict[str, Any]) 
     assert answer.status_code in (200, 201), answer.text
 
 
+def _tokens(store: Store, queue: str) -> tuple[str, str]:
+    """An admin token, and the token of the signup service, a client of `queue`."""
+    return store.tokens.create("ops", is_admin=True), store.tokens.create("signup-service", queues=[queue])
+
+
+@contextmanager
+def _serving_pull_queue(database_url: str, store: Store, otlp: OtlpReceiver, queue: str) -> Iterator[tuple[str, str]]:
+    """`tickler serve`, exporting its spans to `otlp`, with the pull queue `queue`; yields its URL
+    and the token of the signup service, a client of `queue`."""
+    admin_token, token = _tokens(store, queue)
+    with _serve(database_url, otlp) as url:
+        _put_queue(url, admin_token, queue, {"mode": "pull"})
+        yield url, token
+
+
+def _send_traced(method: str, url: str, token: str, body: dict[str, Any]) -> requests.Response:
+    """A request of the signup service that carries its trace context, CLIENT_TRACEPARENT."""
+    headers = {"Authorization": f"Bearer {token}", "traceparent": CLIENT_TRACEPARENT}
+    return requests.request(method, url, json=body, headers=headers, timeout=10)
+
+
 def _timeline(url: str, token: str, queue: str, key: str) -> list[dict[str, Any]]:
     answer = requests.get(
         f"{url}/v1/queues/{queue}/events/{key}/timeline", headers={"Authorization": f"Bearer {token}"}, timeout=10
@@ -134,8 +155,7 @@ def otlp() -> Iterator[OtlpReceiver]:
 
 
 def test_webhook_attempts_continue_the_client_trace(database_url: str, store: Store, otlp: OtlpReceiver) -> None:
-    admin_token = store.tokens.create("ops", is_admin=True)
-    token = store.tokens.create("signup-service", queues=["hooks"])
+    admin_token, token = _tokens(store, "hooks")
     with running_receiver([(500, {}), (200, {})]) as hooks, _serve(database_url, otlp) as url:
         _put_queue(url, admin_token, "hooks", {"mode": "webhook", "url": hooks.url, "timeout_seconds": 5})
         client = _run_client(
@@ -234,10 +254,7 @@ asyncio.run(main())
 def test_pull_claims_hand_the_producer_context_to_consume(
     consumer: str, database_url: str, store: Store, otlp: OtlpReceiver
 ) -> None:
-    admin_token = store.tokens.create("ops", is_admin=True)
-    token = store.tokens.create("signup-service", queues=["pulled"])
-    with _serve(database_url, otlp) as url:
-        _put_queue(url, admin_token, "pulled", {"mode": "pull"})
+    with _serving_pull_queue(database_url, store, otlp, "pulled") as (url, token):
         client = _run_client(
             consumer,
             otlp,
@@ -275,18 +292,12 @@ def test_pull_claims_hand_the_producer_context_to_consume(
 
 
 def test_in_process_handler_runs_inside_the_attempt_span(database_url: str, store: Store, otlp: OtlpReceiver) -> None:
-    admin_token = store.tokens.create("ops", is_admin=True)
-    token = store.tokens.create("signup-service", queues=["inproc"])
-    with _serve(database_url, otlp) as url:
-        _put_queue(url, admin_token, "inproc", {"mode": "pull"})
+    with _serving_pull_queue(database_url, store, otlp, "inproc") as (url, token):
         env = {**_otel_env(otlp, "tickler-worker"), "TICKLER_DATABASE_URL": database_url}
         worker = [sys.executable, "-m", "tickler.cli", "worker", "--handlers", "tests.tracing_handlers:handlers"]
         with _process(worker, env, lambda: True):
-            answer = requests.post(
-                f"{url}/v1/queues/inproc/events",
-                json={"item_key": "welcome:cy", "data": {}},
-                headers={"Authorization": f"Bearer {token}", "traceparent": CLIENT_TRACEPARENT},
-                timeout=10,
+            answer = _send_traced(
+                "POST", f"{url}/v1/queues/inproc/events", token, {"item_key": "welcome:cy", "data": {}}
             )
             assert answer.status_code == 202
             [create] = otlp.wait_named("create inproc")
@@ -366,16 +377,10 @@ def test_batch_items_keep_their_own_context(client: Any, admin_token: str, token
 def test_tracing_off_emits_nothing_and_hands_the_context_on(
     database_url: str, store: Store, otlp: OtlpReceiver
 ) -> None:
-    admin_token = store.tokens.create("ops", is_admin=True)
-    token = store.tokens.create("signup-service", queues=["hooks"])
+    admin_token, token = _tokens(store, "hooks")
     with running_receiver() as hooks, _serve(database_url, None) as url:
         _put_queue(url, admin_token, "hooks", {"mode": "webhook", "url": hooks.url, "timeout_seconds": 5})
-        answer = requests.post(
-            f"{url}/v1/queues/hooks/events",
-            json={"item_key": "quiet", "data": {}},
-            headers={"Authorization": f"Bearer {token}", "traceparent": CLIENT_TRACEPARENT},
-            timeout=10,
-        )
+        answer = _send_traced("POST", f"{url}/v1/queues/hooks/events", token, {"item_key": "quiet", "data": {}})
         assert answer.status_code == 202
         [received] = hooks.wait_for(1)
         wait_until(lambda: any(e["action"] == "delivered" for e in _timeline(url, token, "hooks", "quiet")))
@@ -389,15 +394,12 @@ def test_tracing_off_emits_nothing_and_hands_the_context_on(
 def test_each_schedule_occurrence_starts_a_trace_linked_to_the_change(
     database_url: str, store: Store, otlp: OtlpReceiver, raw: Any
 ) -> None:
-    admin_token = store.tokens.create("ops", is_admin=True)
-    token = store.tokens.create("signup-service", queues=["digests"])
-    with _serve(database_url, otlp) as url:
-        _put_queue(url, admin_token, "digests", {"mode": "pull"})
-        answer = requests.put(
+    with _serving_pull_queue(database_url, store, otlp, "digests") as (url, token):
+        answer = _send_traced(
+            "PUT",
             f"{url}/v1/queues/digests/schedules/daily",
-            json={"cron": "0 9 * * *", "timezone": "Europe/Paris", "data": {}},
-            headers={"Authorization": f"Bearer {token}", "traceparent": CLIENT_TRACEPARENT},
-            timeout=10,
+            token,
+            {"cron": "0 9 * * *", "timezone": "Europe/Paris", "data": {}},
         )
         assert answer.status_code == 201, answer.text
         [occurrence] = otlp.wait_named("create digests")

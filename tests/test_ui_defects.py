@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from flask.testing import FlaskClient
 
 from tests.conftest import auth
@@ -98,12 +99,16 @@ def test_a_next_or_back_with_cr_lf_falls_back_to_a_safe_page(
 # -- 3. bulk actions act on exactly the page's filters, and count first ------------------------------
 
 
-def test_bulk_cancel_never_acts_beyond_the_filters_the_page_shows(
-    client: FlaskClient, admin_token: str, emails: str
-) -> None:
+@pytest.fixture
+def fg_events(client: FlaskClient, admin_token: str, emails: str) -> None:
+    """Pending events fg:1, fg:2 and fg:3 in emails, and other:1 beside them; the admin signed in."""
     for key in ("fg:1", "fg:2", "fg:3", "other:1"):
         schedule(client, admin_token, key)
     sign_in(client, admin_token)
+
+
+@pytest.mark.usefixtures("fg_events")
+def test_bulk_cancel_never_acts_beyond_the_filters_the_page_shows(client: FlaskClient, admin_token: str) -> None:
     shown = {"status": "dead", "item_key_prefix": "fg:", "since": "2099-01-01T00:00"}
     listed = client.get("/ui/queues/emails?status=dead&item_key_prefix=fg:&since=2099-01-01T00:00")
     assert "No events match." in listed.get_data(as_text=True)
@@ -120,12 +125,10 @@ def test_bulk_cancel_never_acts_beyond_the_filters_the_page_shows(
     assert "cannot apply" in dated.get_data(as_text=True)
 
 
+@pytest.mark.usefixtures("fg_events")
 def test_bulk_cancel_says_how_many_then_cancels_those_with_the_typed_reason(
-    client: FlaskClient, admin_token: str, emails: str
+    client: FlaskClient, admin_token: str
 ) -> None:
-    for key in ("fg:1", "fg:2", "fg:3", "other:1"):
-        schedule(client, admin_token, key)
-    sign_in(client, admin_token)
     confirm = client.get("/ui/queues/emails/events/cancel?status=pending&item_key_prefix=fg:")
     text = confirm.get_data(as_text=True)
     assert confirm.status_code == 200

@@ -22,7 +22,7 @@ from tests.previous_ack import ack_before_0072
 from tests.previous_schedule import schedule_as_earlier_releases
 from tickler.config import Settings
 from tickler.scheduler import recurring
-from tickler.scheduler.db import create_engine, libpq_url
+from tickler.scheduler.db import libpq_url
 from tickler.scheduler.errors import StaleLease
 from tickler.scheduler.migrate import Migration, Step, available_migrations, migrate
 from tickler.scheduler.models import Event, NewEvent, Queue
@@ -127,15 +127,8 @@ def previous_ack(url: str, lease_ids: list[str]) -> list[int]:
 @pytest.fixture
 def previous_release(admin_url: str) -> Iterator[tuple[str, Store, psycopg.Connection[Any]]]:
     """A database of its own with the schema of the previous release."""
-    url = pg.create_database(admin_url, prefix="tickler_upgrade")
-    migrate(url, through=PREVIOUS)
-    engine = create_engine(url, pool_size=3)
-    try:
-        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
-            yield url, Store(engine), raw
-    finally:
-        engine.dispose()
-        pg.drop_database(admin_url, url)
+    with pg.migrated_database(admin_url, "tickler_upgrade", through=PREVIOUS) as (url, engine, raw):
+        yield url, Store(engine), raw
 
 
 def fill(url: str, store: Store, engine: sa.Engine, now: datetime) -> list[tuple[str, str]]:
@@ -373,68 +366,57 @@ def test_upgrade_to_the_lease_table_keeps_live_leases_and_fencing(admin_url: str
     being reaped) move into tickler_lease: after the upgrade a live lease is acked or nacked by
     its id, the group lease finishes its events, the stale lease is still fenced (and reaped), and
     nothing is finished twice."""
-    url = pg.create_database(admin_url, prefix="tickler_upgrade_lease")
-    migrate(url, through=LEASE_PREVIOUS)
-    engine = create_engine(url, pool_size=3)
-    try:
-        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
-            store = Store(engine)
-            now = datetime.now(UTC).replace(microsecond=0)
-            past = now - timedelta(hours=2)
-            queue = add_queue(engine, store, "emails", max_attempts=3)  # leases of a day
-            grouped = add_queue(engine, store, "digests")
-            late = add_queue(engine, store, "late", max_attempts=3)
-            store.events.schedule_batch(
-                queue,
-                [NewEvent(item_key=f"due{i}", data={"i": i}, schedule_on=past) for i in range(3)],
-                actor="app",
-                now=past,
-            )
-            live = previous_claim(engine, queue, worker="w", limit=2, now=past + timedelta(minutes=1))
-            # the stale lease: taken two days ago for a day, never reaped
-            store.events.schedule(
-                late, NewEvent(item_key="old", data={}, schedule_on=now - timedelta(days=3)), actor="app"
-            )
-            [stale] = previous_claim(engine, late, worker="w", limit=1, now=now - timedelta(days=2))
-            store.events.schedule_batch(
-                grouped,
-                [NewEvent(item_key=f"g{i}", data={}, group_key="ana", schedule_on=past) for i in range(2)],
-                actor="app",
-                now=past,
-            )
-            [group_lease] = previous_claim(engine, grouped, worker="w", limit=1, groups=True, now=past)
-            leased_before = set(
-                raw.execute("SELECT lease_id, id FROM tickler_event WHERE lease_id IS NOT NULL").fetchall()
-            )
-            assert len(leased_before) == 5
-            keys = [(q, k) for q, k in raw.execute("SELECT DISTINCT queue, item_key FROM tickler_timeline")]
-            before = readable(store, keys, now)
+    with pg.migrated_database(admin_url, "tickler_upgrade_lease", through=LEASE_PREVIOUS) as (url, engine, raw):
+        store = Store(engine)
+        now = datetime.now(UTC).replace(microsecond=0)
+        past = now - timedelta(hours=2)
+        queue = add_queue(engine, store, "emails", max_attempts=3)  # leases of a day
+        grouped = add_queue(engine, store, "digests")
+        late = add_queue(engine, store, "late", max_attempts=3)
+        store.events.schedule_batch(
+            queue,
+            [NewEvent(item_key=f"due{i}", data={"i": i}, schedule_on=past) for i in range(3)],
+            actor="app",
+            now=past,
+        )
+        live = previous_claim(engine, queue, worker="w", limit=2, now=past + timedelta(minutes=1))
+        # the stale lease: taken two days ago for a day, never reaped
+        store.events.schedule(late, NewEvent(item_key="old", data={}, schedule_on=now - timedelta(days=3)), actor="app")
+        [stale] = previous_claim(engine, late, worker="w", limit=1, now=now - timedelta(days=2))
+        store.events.schedule_batch(
+            grouped,
+            [NewEvent(item_key=f"g{i}", data={}, group_key="ana", schedule_on=past) for i in range(2)],
+            actor="app",
+            now=past,
+        )
+        [group_lease] = previous_claim(engine, grouped, worker="w", limit=1, groups=True, now=past)
+        leased_before = set(raw.execute("SELECT lease_id, id FROM tickler_event WHERE lease_id IS NOT NULL").fetchall())
+        assert len(leased_before) == 5
+        keys = [(q, k) for q, k in raw.execute("SELECT DISTINCT queue, item_key FROM tickler_timeline")]
+        before = readable(store, keys, now)
 
-            assert 60 in numbered(migrate(url))  # and whatever came after it
+        assert 60 in numbered(migrate(url))  # and whatever came after it
 
-            moved = set(raw.execute("SELECT lease_id, event_id FROM tickler_lease").fetchall())
-            assert moved == leased_before
-            assert readable(store, keys, now) == before  # timelines, counts, gauges
-            # the stale lease is fenced: neither acked nor extended, and told as expired
-            assert store.leases.ack([stale]) == {}
-            with pytest.raises(StaleLease):
-                store.leases.extend(stale, seconds=60)
-            assert store.leases.fate(stale) == "expired"
-            # live leases work by their ids
-            assert store.leases.ack_one(live[0]) == "emails"
-            assert store.leases.nack(live[1], error="later").retried == 1
-            assert store.leases.ack([group_lease]) == {group_lease: "digests"}
-            assert store.leases.ack([live[0]]) == {}  # finished once
-            # the reaper ends the stale one as before: one more attempt counted, pending again
-            assert store.leases.expire(queue="late") == {"late": 1}
-            old = store.events.get("late", "old", now=now)
-            assert old.lease_id is None and old.redeliver_count == 1 and old.last_error == "lease expired"
-            assert one_value(raw, "SELECT count(*) FROM tickler_lease") == 0
-            finished = raw.execute("SELECT id, count(*) FROM tickler_event_history GROUP BY id").fetchall()
-            assert sorted(n for _, n in finished) == [1, 1, 1]  # due0 (acked), g0 and g1 (the group)
-    finally:
-        engine.dispose()
-        pg.drop_database(admin_url, url)
+        moved = set(raw.execute("SELECT lease_id, event_id FROM tickler_lease").fetchall())
+        assert moved == leased_before
+        assert readable(store, keys, now) == before  # timelines, counts, gauges
+        # the stale lease is fenced: neither acked nor extended, and told as expired
+        assert store.leases.ack([stale]) == {}
+        with pytest.raises(StaleLease):
+            store.leases.extend(stale, seconds=60)
+        assert store.leases.fate(stale) == "expired"
+        # live leases work by their ids
+        assert store.leases.ack_one(live[0]) == "emails"
+        assert store.leases.nack(live[1], error="later").retried == 1
+        assert store.leases.ack([group_lease]) == {group_lease: "digests"}
+        assert store.leases.ack([live[0]]) == {}  # finished once
+        # the reaper ends the stale one as before: one more attempt counted, pending again
+        assert store.leases.expire(queue="late") == {"late": 1}
+        old = store.events.get("late", "old", now=now)
+        assert old.lease_id is None and old.redeliver_count == 1 and old.last_error == "lease expired"
+        assert one_value(raw, "SELECT count(*) FROM tickler_lease") == 0
+        finished = raw.execute("SELECT id, count(*) FROM tickler_event_history GROUP BY id").fetchall()
+        assert sorted(n for _, n in finished) == [1, 1, 1]  # due0 (acked), g0 and g1 (the group)
 
 
 HISTORY_ID_PREVIOUS = 61  # the last migration before history lost its index by id (0063)
@@ -468,66 +450,59 @@ def test_upgrade_to_history_without_its_id_index_keeps_reads_and_an_unfinished_a
     unfinished by the previous release (its items: run and event ids only): after 0063 the event
     of a key, a key's events by id and the retry of a dead event read the same rows as the
     previous release read by id, and the run's items carry what finds their events in history."""
-    url = pg.create_database(admin_url, prefix="tickler_upgrade_history_id")
-    migrate(url, through=HISTORY_ID_PREVIOUS)
-    engine = create_engine(url, pool_size=3)
-    try:
-        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
-            give_this_release_claim(raw)
-            store = Store(engine)
-            queue = add_queue(engine, store, "emails", max_attempts=3)
-            today = raw.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC')").fetchone()[0]  # type: ignore[index]
-            days = [today.replace(tzinfo=UTC) + timedelta(days=n, hours=1) for n in (1, 2)]
-            store.history.maintain(now=days[-1])
-            for at in days:  # k1 delivered on each day
-                store.events.schedule(queue, NewEvent(item_key="k1", data={"at": str(at)}), actor="app", now=at)
-                [lease] = store.leases.claim(queue, worker="w", limit=1, now=at)
-                assert ack_before_0072(engine, [lease.lease_id], now=at)
-            store.events.schedule(queue, NewEvent(item_key="dead", data={}), actor="app", now=days[0])
-            [lease] = store.leases.claim(queue, worker="w", limit=1, now=days[0])
-            store.leases.nack(lease.lease_id, error="boom", dead=True, now=days[0])
-            by_id = {
-                row[0]: row
-                for row in raw.execute(
-                    "SELECT id, item_key, data, dequeued_on, outcome, version FROM tickler_event_history"
-                )
-            }
-            assert len(by_id) == 3
-            run_id = one_value(
-                raw,
-                "INSERT INTO tickler_archive_run (cutoff, location, event_count, timeline_count, event_id_sum,"
-                " timeline_id_sum) VALUES (now(), '/tmp/a', 3, 0, 0, 0) RETURNING id",
+    with pg.migrated_database(admin_url, "tickler_upgrade_history", through=HISTORY_ID_PREVIOUS) as (url, engine, raw):
+        give_this_release_claim(raw)
+        store = Store(engine)
+        queue = add_queue(engine, store, "emails", max_attempts=3)
+        today = raw.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC')").fetchone()[0]  # type: ignore[index]
+        days = [today.replace(tzinfo=UTC) + timedelta(days=n, hours=1) for n in (1, 2)]
+        store.history.maintain(now=days[-1])
+        for at in days:  # k1 delivered on each day
+            store.events.schedule(queue, NewEvent(item_key="k1", data={"at": str(at)}), actor="app", now=at)
+            [lease] = store.leases.claim(queue, worker="w", limit=1, now=at)
+            assert ack_before_0072(engine, [lease.lease_id], now=at)
+        store.events.schedule(queue, NewEvent(item_key="dead", data={}), actor="app", now=days[0])
+        [lease] = store.leases.claim(queue, worker="w", limit=1, now=days[0])
+        store.leases.nack(lease.lease_id, error="boom", dead=True, now=days[0])
+        by_id = {
+            row[0]: row
+            for row in raw.execute(
+                "SELECT id, item_key, data, dequeued_on, outcome, version FROM tickler_event_history"
             )
-            raw.execute(  # as the previous release's select_run_events recorded them
-                "INSERT INTO tickler_archive_item (run_id, event_id) SELECT %s, id FROM tickler_event_history", [run_id]
-            )
+        }
+        assert len(by_id) == 3
+        run_id = one_value(
+            raw,
+            "INSERT INTO tickler_archive_run (cutoff, location, event_count, timeline_count, event_id_sum,"
+            " timeline_id_sum) VALUES (now(), '/tmp/a', 3, 0, 0, 0) RETURNING id",
+        )
+        raw.execute(  # as the previous release's select_run_events recorded them
+            "INSERT INTO tickler_archive_item (run_id, event_id) SELECT %s, id FROM tickler_event_history", [run_id]
+        )
 
-            assert 63 in numbered(migrate(url))
+        assert 63 in numbered(migrate(url))
 
-            assert one_value(raw, "SELECT to_regclass('tickler_event_history_id') IS NULL") is True
-            items = raw.execute(
-                "SELECT count(*) FROM tickler_archive_item AS i JOIN tickler_event_history AS e"
-                " ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id"
-                " AND e.dequeued_on = i.dequeued_on"
-            ).fetchone()
-            assert items == (3,)
-            latest = store.events.get("emails", "k1")
-            newest = max(i for i, row in by_id.items() if row[1] == "k1")
-            assert (latest.id, latest.data, latest.status) == (newest, by_id[newest][2], "delivered")
-            found = store.events.get_many("emails", "k1", sorted(by_id))
-            assert {(e.id, e.dequeued_on, e.status, e.version) for e in found} == {
-                (i, row[3], row[4], row[5]) for i, row in by_id.items() if row[1] == "k1"
-            }
-            [dead] = [i for i, row in by_id.items() if row[1] == "dead"]
-            assert store.events.get("emails", "dead").status == "dead"
-            raw.execute("DELETE FROM tickler_archive_item")  # the run's events may be retried again
-            retried = EventOperations(store.events.engine).retry(
-                "emails", "dead", actor="ops", now=days[0] + timedelta(minutes=1)
-            )
-            assert retried.id == dead and retried.status == "pending"
-    finally:
-        engine.dispose()
-        pg.drop_database(admin_url, url)
+        assert one_value(raw, "SELECT to_regclass('tickler_event_history_id') IS NULL") is True
+        items = raw.execute(
+            "SELECT count(*) FROM tickler_archive_item AS i JOIN tickler_event_history AS e"
+            " ON e.queue = i.queue AND e.schedule_on = i.schedule_on AND e.id = i.event_id"
+            " AND e.dequeued_on = i.dequeued_on"
+        ).fetchone()
+        assert items == (3,)
+        latest = store.events.get("emails", "k1")
+        newest = max(i for i, row in by_id.items() if row[1] == "k1")
+        assert (latest.id, latest.data, latest.status) == (newest, by_id[newest][2], "delivered")
+        found = store.events.get_many("emails", "k1", sorted(by_id))
+        assert {(e.id, e.dequeued_on, e.status, e.version) for e in found} == {
+            (i, row[3], row[4], row[5]) for i, row in by_id.items() if row[1] == "k1"
+        }
+        [dead] = [i for i, row in by_id.items() if row[1] == "dead"]
+        assert store.events.get("emails", "dead").status == "dead"
+        raw.execute("DELETE FROM tickler_archive_item")  # the run's events may be retried again
+        retried = EventOperations(store.events.engine).retry(
+            "emails", "dead", actor="ops", now=days[0] + timedelta(minutes=1)
+        )
+        assert retried.id == dead and retried.status == "pending"
 
 
 # -- one statement trigger per operation (migration 0065) ----------------------------------------
@@ -540,105 +515,97 @@ def test_upgrade_to_one_trigger_per_operation_keeps_counters_leases_and_history(
     cancelled events: after 0065 the counters, the lease rows and the history are the same rows,
     and the statements that come after it (schedule, claim, extend, nack, ack, cancel, a finish as
     an UPDATE) keep all three agreeing with the events."""
-    url = pg.create_database(admin_url, prefix="tickler_upgrade_triggers")
-    migrate(url, through=TRIGGERS_PREVIOUS)
-    engine = create_engine(url, pool_size=3)
-    try:
-        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
-            give_this_release_claim(raw)
-            store = Store(engine)
-            now = datetime.now(UTC).replace(microsecond=0)
-            past = now - timedelta(hours=1)
-            queue = add_queue(engine, store, "emails", max_attempts=2)
-            grouped = add_queue(engine, store, "digests")
-            store.events.schedule_batch(
-                queue,
-                [NewEvent(item_key=f"due{i}", data={"i": i}, schedule_on=past) for i in range(8)]
-                + [NewEvent(item_key=f"later{i}", data={}, delay_seconds=3600) for i in range(3)],
-                actor="app",
-                now=past,
-            )
-            store.events.schedule_batch(
-                grouped,
-                [NewEvent(item_key=f"g{i}", data={}, group_key=f"grp{i % 2}", schedule_on=past) for i in range(4)],
-                actor="app",
-                now=past,
-            )
-            leases = store.leases.claim(queue, worker="w", limit=6)
-            group_leases = store.leases.claim(grouped, worker="w", limit=1)
-            ack_before_0072(engine, [leases[0].lease_id])
-            store.leases.nack(leases[1].lease_id, error="stop", dead=True)
-            store.leases.nack(leases[2].lease_id, error="later")
-            previous_cancel(engine, "emails", "later0", actor="app")
+    with pg.migrated_database(admin_url, "tickler_upgrade_triggers", through=TRIGGERS_PREVIOUS) as (url, engine, raw):
+        give_this_release_claim(raw)
+        store = Store(engine)
+        now = datetime.now(UTC).replace(microsecond=0)
+        past = now - timedelta(hours=1)
+        queue = add_queue(engine, store, "emails", max_attempts=2)
+        grouped = add_queue(engine, store, "digests")
+        store.events.schedule_batch(
+            queue,
+            [NewEvent(item_key=f"due{i}", data={"i": i}, schedule_on=past) for i in range(8)]
+            + [NewEvent(item_key=f"later{i}", data={}, delay_seconds=3600) for i in range(3)],
+            actor="app",
+            now=past,
+        )
+        store.events.schedule_batch(
+            grouped,
+            [NewEvent(item_key=f"g{i}", data={}, group_key=f"grp{i % 2}", schedule_on=past) for i in range(4)],
+            actor="app",
+            now=past,
+        )
+        leases = store.leases.claim(queue, worker="w", limit=6)
+        group_leases = store.leases.claim(grouped, worker="w", limit=1)
+        ack_before_0072(engine, [leases[0].lease_id])
+        store.leases.nack(leases[1].lease_id, error="stop", dead=True)
+        store.leases.nack(leases[2].lease_id, error="later")
+        previous_cancel(engine, "emails", "later0", actor="app")
 
-            def state() -> dict[str, Any]:
-                return {
-                    "counts": sorted(
-                        raw.execute(
-                            "SELECT queue, state, sum(n)::bigint FROM tickler_queue_count GROUP BY 1, 2"
-                            " HAVING sum(n) <> 0"
-                        ).fetchall()
-                    ),
-                    "history_counts": sorted(
-                        raw.execute(
-                            "SELECT day, queue, outcome, sum(n)::bigint FROM tickler_history_count GROUP BY 1, 2, 3"
-                        ).fetchall()
-                    ),
-                    "leases": sorted(raw.execute("SELECT * FROM tickler_lease").fetchall()),
-                    "history": rows(raw, "tickler_event_history"),
-                    "events": rows(raw, "tickler_event"),
-                }
+        def state() -> dict[str, Any]:
+            return {
+                "counts": sorted(
+                    raw.execute(
+                        "SELECT queue, state, sum(n)::bigint FROM tickler_queue_count GROUP BY 1, 2 HAVING sum(n) <> 0"
+                    ).fetchall()
+                ),
+                "history_counts": sorted(
+                    raw.execute(
+                        "SELECT day, queue, outcome, sum(n)::bigint FROM tickler_history_count GROUP BY 1, 2, 3"
+                    ).fetchall()
+                ),
+                "leases": sorted(raw.execute("SELECT * FROM tickler_lease").fetchall()),
+                "history": rows(raw, "tickler_event_history"),
+                "events": rows(raw, "tickler_event"),
+            }
 
-            def agreeing() -> None:
-                counted = raw.execute(
-                    "SELECT queue, coalesce(outcome, 'open'), count(*) FROM tickler_event_all GROUP BY 1, 2"
-                ).fetchall()
-                assert sorted(state()["counts"]) == sorted(counted)
-                leased = raw.execute(
-                    "SELECT lease_id, id, queue, group_key, fairness_key, lease_expires_on FROM tickler_event"
-                    " WHERE lease_id IS NOT NULL AND dequeued_on IS NULL"
-                ).fetchall()
-                in_table = raw.execute(
-                    "SELECT lease_id, event_id, queue, group_key, fairness_key, expires_on FROM tickler_lease"
-                ).fetchall()
-                assert sorted(in_table) == sorted(leased)
-                assert one_value(raw, "SELECT count(*) FROM tickler_event WHERE dequeued_on IS NOT NULL") == 0
-
-            agreeing()
-            before = state()
-            assert len(before["leases"]) == 3 + 2  # three of emails', the group's two events
-            assert len(before["history"]) == 3
-
-            assert 65 in numbered(migrate(url))
-
-            assert state() == before
-            triggers = raw.execute(
-                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'tickler_event'::regclass AND NOT tgisinternal"
-                " AND tgname NOT IN ('tickler_event_group_fairness', 'tickler_keep_leases_truncated') ORDER BY 1"
+        def agreeing() -> None:
+            counted = raw.execute(
+                "SELECT queue, coalesce(outcome, 'open'), count(*) FROM tickler_event_all GROUP BY 1, 2"
             ).fetchall()
-            assert triggers == [("tickler_event_deleted",), ("tickler_event_inserted",), ("tickler_event_updated",)]
-            # the statements after the upgrade keep all three
-            store.events.schedule(queue, NewEvent(item_key="new", data={}, delay_seconds=3600), actor="app")
-            agreeing()
-            store.leases.extend(leases[3].lease_id, seconds=600)
-            agreeing()
-            store.leases.ack([leases[3].lease_id, group_leases[0].lease_id])
-            agreeing()
-            store.leases.nack(leases[4].lease_id, error="stop", dead=True)
-            agreeing()
-            again = store.leases.claim(queue, worker="w2", limit=20)
-            agreeing()
-            raw.execute(PREVIOUS_ACK, {"lease_ids": [again[0].lease_id]})  # a finish as an UPDATE
-            agreeing()
-            store.leases.release([lease.lease_id for lease in again[1:]], actor="w2")
-            store.events.cancel("emails", "new", actor="app")
-            agreeing()
-            after = state()
-            assert len(after["history"]) == len(before["history"]) + 6  # leases 3, 4, the group's two, again[0], new
-            assert [row[1] for row in after["leases"]] == [leases[5].events[0].id]
-    finally:
-        engine.dispose()
-        pg.drop_database(admin_url, url)
+            assert sorted(state()["counts"]) == sorted(counted)
+            leased = raw.execute(
+                "SELECT lease_id, id, queue, group_key, fairness_key, lease_expires_on FROM tickler_event"
+                " WHERE lease_id IS NOT NULL AND dequeued_on IS NULL"
+            ).fetchall()
+            in_table = raw.execute(
+                "SELECT lease_id, event_id, queue, group_key, fairness_key, expires_on FROM tickler_lease"
+            ).fetchall()
+            assert sorted(in_table) == sorted(leased)
+            assert one_value(raw, "SELECT count(*) FROM tickler_event WHERE dequeued_on IS NOT NULL") == 0
+
+        agreeing()
+        before = state()
+        assert len(before["leases"]) == 3 + 2  # three of emails', the group's two events
+        assert len(before["history"]) == 3
+
+        assert 65 in numbered(migrate(url))
+
+        assert state() == before
+        triggers = raw.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'tickler_event'::regclass AND NOT tgisinternal"
+            " AND tgname NOT IN ('tickler_event_group_fairness', 'tickler_keep_leases_truncated') ORDER BY 1"
+        ).fetchall()
+        assert triggers == [("tickler_event_deleted",), ("tickler_event_inserted",), ("tickler_event_updated",)]
+        # the statements after the upgrade keep all three
+        store.events.schedule(queue, NewEvent(item_key="new", data={}, delay_seconds=3600), actor="app")
+        agreeing()
+        store.leases.extend(leases[3].lease_id, seconds=600)
+        agreeing()
+        store.leases.ack([leases[3].lease_id, group_leases[0].lease_id])
+        agreeing()
+        store.leases.nack(leases[4].lease_id, error="stop", dead=True)
+        agreeing()
+        again = store.leases.claim(queue, worker="w2", limit=20)
+        agreeing()
+        raw.execute(PREVIOUS_ACK, {"lease_ids": [again[0].lease_id]})  # a finish as an UPDATE
+        agreeing()
+        store.leases.release([lease.lease_id for lease in again[1:]], actor="w2")
+        store.events.cancel("emails", "new", actor="app")
+        agreeing()
+        after = state()
+        assert len(after["history"]) == len(before["history"]) + 6  # leases 3, 4, the group's two, again[0], new
+        assert [row[1] for row in after["leases"]] == [leases[5].events[0].id]
 
 
 # -- retention per queue: each day partitioned by queue (migration 0074) -------------------------
@@ -651,91 +618,84 @@ def test_upgrade_to_parts_by_retention_keeps_every_row_and_each_queues_retention
     days' empty): after 0074 every event, timeline entry and counter is the same; the day that
     holds rows stays whole (it goes when every queue allows, as it did), the empty days ahead are
     made again by queue, and the events finished on them go by each queue's own retention."""
-    url = pg.create_database(admin_url, prefix="tickler_upgrade_retention")
-    migrate(url, through=RETENTION_PREVIOUS)
-    engine = create_engine(url, pool_size=3)
-    try:
-        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
-            give_this_release_claim_call(raw)
-            store = Store(engine)
-            queues = {name: add_queue(engine, store, name) for name in ("keeps", "brief")}
-            raw.execute("UPDATE tickler_queue SET retention_days = CASE name WHEN 'brief' THEN 1 ELSE 30 END")
-            today = raw.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC')").fetchone()[0]  # type: ignore[index]
-            today = today.replace(tzinfo=UTC)
+    with pg.migrated_database(admin_url, "tickler_upgrade_retention", through=RETENTION_PREVIOUS) as (url, engine, raw):
+        give_this_release_claim_call(raw)
+        store = Store(engine)
+        queues = {name: add_queue(engine, store, name) for name in ("keeps", "brief")}
+        raw.execute("UPDATE tickler_queue SET retention_days = CASE name WHEN 'brief' THEN 1 ELSE 30 END")
+        today = raw.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC')").fetchone()[0]  # type: ignore[index]
+        today = today.replace(tzinfo=UTC)
 
-            def deliver(queue: Queue, key: str, at: datetime | None) -> None:
-                store.events.schedule(queue, NewEvent(item_key=key, data={"k": key}), actor="app", now=at)
-                [lease] = store.leases.claim(queue, worker="w", limit=1, now=at)
-                store.leases.ack([lease.lease_id], now=at)
+        def deliver(queue: Queue, key: str, at: datetime | None) -> None:
+            store.events.schedule(queue, NewEvent(item_key=key, data={"k": key}), actor="app", now=at)
+            [lease] = store.leases.claim(queue, worker="w", limit=1, now=at)
+            store.leases.ack([lease.lease_id], now=at)
 
-            for name, queue in queues.items():
-                deliver(queue, f"{name}-before", None)
-            # open (waiting, grouped), in flight, dead and cancelled events beside the delivered ones
-            keeps, brief = queues["keeps"], queues["brief"]
-            store.events.schedule(keeps, NewEvent(item_key="flying", data={}), actor="app")
-            [flying] = store.leases.claim(keeps, worker="w", limit=1)
-            for key, group in (("open", None), ("g1", "g"), ("g2", "g")):
-                event = NewEvent(item_key=key, data={"k": key}, group_key=group, delay_seconds=10 * 86400)
-                store.events.schedule(keeps, event, actor="app")
-            store.events.schedule(brief, NewEvent(item_key="dead", data={}), actor="app")
-            [dying] = store.leases.claim(brief, worker="w", limit=1)
-            store.leases.nack(dying.lease_id, error="boom", dead=True)
-            store.events.schedule(brief, NewEvent(item_key="cancelled", data={}, delay_seconds=60), actor="app")
-            previous_cancel(engine, "brief", "cancelled", actor="app")
-            keys = [("keeps", k) for k in ("keeps-before", "flying", "open", "g1", "g2")] + [
-                ("brief", k) for k in ("brief-before", "dead", "cancelled")
-            ]
-            day_ahead = f"tickler_event_history_{today + timedelta(days=2):%Y%m%d}"
-            assert one_value(raw, f"SELECT relkind FROM pg_class WHERE relname = '{day_ahead}'") == "r"
+        for name, queue in queues.items():
+            deliver(queue, f"{name}-before", None)
+        # open (waiting, grouped), in flight, dead and cancelled events beside the delivered ones
+        keeps, brief = queues["keeps"], queues["brief"]
+        store.events.schedule(keeps, NewEvent(item_key="flying", data={}), actor="app")
+        [flying] = store.leases.claim(keeps, worker="w", limit=1)
+        for key, group in (("open", None), ("g1", "g"), ("g2", "g")):
+            event = NewEvent(item_key=key, data={"k": key}, group_key=group, delay_seconds=10 * 86400)
+            store.events.schedule(keeps, event, actor="app")
+        store.events.schedule(brief, NewEvent(item_key="dead", data={}), actor="app")
+        [dying] = store.leases.claim(brief, worker="w", limit=1)
+        store.leases.nack(dying.lease_id, error="boom", dead=True)
+        store.events.schedule(brief, NewEvent(item_key="cancelled", data={}, delay_seconds=60), actor="app")
+        previous_cancel(engine, "brief", "cancelled", actor="app")
+        keys = [("keeps", k) for k in ("keeps-before", "flying", "open", "g1", "g2")] + [
+            ("brief", k) for k in ("brief-before", "dead", "cancelled")
+        ]
+        day_ahead = f"tickler_event_history_{today + timedelta(days=2):%Y%m%d}"
+        assert one_value(raw, f"SELECT relkind FROM pg_class WHERE relname = '{day_ahead}'") == "r"
 
-            def state() -> dict[str, Any]:
-                return {
-                    "events": rows(raw, "tickler_event"),
-                    "leases": raw.execute("SELECT * FROM tickler_lease ORDER BY event_id").fetchall(),
-                    "history": rows(raw, "tickler_event_history"),
-                    "timeline": rows(raw, "tickler_timeline_all"),
-                    "by_key": {key: without_added(store.events.get(*key)) for key in keys},
-                    "timelines": {key: store.events.timeline(*key) for key in keys},
-                    "counts": {name: store.queues.counts(name, now=seen_at) for name in queues},
-                    "gauges": store.queues.gauges(None, now=seen_at),
-                }
+        def state() -> dict[str, Any]:
+            return {
+                "events": rows(raw, "tickler_event"),
+                "leases": raw.execute("SELECT * FROM tickler_lease ORDER BY event_id").fetchall(),
+                "history": rows(raw, "tickler_event_history"),
+                "timeline": rows(raw, "tickler_timeline_all"),
+                "by_key": {key: without_added(store.events.get(*key)) for key in keys},
+                "timelines": {key: store.events.timeline(*key) for key in keys},
+                "counts": {name: store.queues.counts(name, now=seen_at) for name in queues},
+                "gauges": store.queues.gauges(None, now=seen_at),
+            }
 
-            seen_at = datetime.now(UTC)  # the one clock of both readings
-            before = state()
-            assert 74 in numbered(migrate(url))
-            assert state() == before
-            store.leases.ack([flying.lease_id])  # the lease taken before the upgrade still finishes its event
-            assert store.events.get("keeps", "flying").status == "delivered"
-            today_table = f"tickler_event_history_{today:%Y%m%d}"
-            kinds = dict(
-                raw.execute(
-                    "SELECT relname, relkind FROM pg_class WHERE relname = ANY(%s)", [[today_table, day_ahead]]
-                ).fetchall()
-            )
-            assert kinds == {today_table: "r", day_ahead: "p"}  # the day with rows stays whole
-            parts = raw.execute(
-                "SELECT retention_days, queues FROM tickler_history_partition WHERE day_table = %s"
-                " AND queues IS NOT NULL ORDER BY 1",
-                [day_ahead],
+        seen_at = datetime.now(UTC)  # the one clock of both readings
+        before = state()
+        assert 74 in numbered(migrate(url))
+        assert state() == before
+        store.leases.ack([flying.lease_id])  # the lease taken before the upgrade still finishes its event
+        assert store.events.get("keeps", "flying").status == "delivered"
+        today_table = f"tickler_event_history_{today:%Y%m%d}"
+        kinds = dict(
+            raw.execute(
+                "SELECT relname, relkind FROM pg_class WHERE relname = ANY(%s)", [[today_table, day_ahead]]
             ).fetchall()
-            assert parts == [(1, ["brief"]), (30, ["keeps"])]
+        )
+        assert kinds == {today_table: "r", day_ahead: "p"}  # the day with rows stays whole
+        parts = raw.execute(
+            "SELECT retention_days, queues FROM tickler_history_partition WHERE day_table = %s"
+            " AND queues IS NOT NULL ORDER BY 1",
+            [day_ahead],
+        ).fetchall()
+        assert parts == [(1, ["brief"]), (30, ["keeps"])]
 
-            # Events finished on a day made by 0074 go by their queue's retention; the day from
-            # before it, when every queue allows.
-            on_day_ahead = today + timedelta(days=2, hours=1)
-            for name, queue in queues.items():
-                deliver(queue, f"{name}-after", on_day_ahead)
-            store.history.maintain(now=today + timedelta(days=4))
-            kept = {row[0] for row in raw.execute("SELECT item_key FROM tickler_event_history")}
-            assert kept == {"keeps-before", "brief-before", "keeps-after", "flying", "dead", "cancelled"}
-            assert store.queues.counts("brief")["delivered"] == 1
-            store.history.maintain(now=today + timedelta(days=31))
-            assert {row[0] for row in raw.execute("SELECT item_key FROM tickler_event_history")} == {"keeps-after"}
-            assert {row[0] for row in raw.execute("SELECT item_key FROM tickler_event")} == {"open", "g1", "g2"}
-            assert store.queues.counts("keeps")["delivered"] == 1
-    finally:
-        engine.dispose()
-        pg.drop_database(admin_url, url)
+        # Events finished on a day made by 0074 go by their queue's retention; the day from
+        # before it, when every queue allows.
+        on_day_ahead = today + timedelta(days=2, hours=1)
+        for name, queue in queues.items():
+            deliver(queue, f"{name}-after", on_day_ahead)
+        store.history.maintain(now=today + timedelta(days=4))
+        kept = {row[0] for row in raw.execute("SELECT item_key FROM tickler_event_history")}
+        assert kept == {"keeps-before", "brief-before", "keeps-after", "flying", "dead", "cancelled"}
+        assert store.queues.counts("brief")["delivered"] == 1
+        store.history.maintain(now=today + timedelta(days=31))
+        assert {row[0] for row in raw.execute("SELECT item_key FROM tickler_event_history")} == {"keeps-after"}
+        assert {row[0] for row in raw.execute("SELECT item_key FROM tickler_event")} == {"open", "g1", "g2"}
+        assert store.queues.counts("keeps")["delivered"] == 1
 
 
 def test_upgrade_to_parts_by_retention_keeps_a_row_committed_while_it_runs(admin_url: str) -> None:

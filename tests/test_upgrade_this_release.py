@@ -17,7 +17,6 @@ import sqlalchemy as sa
 from tests import pg
 from tests.previous_schedule import schedule_as_earlier_releases
 from tests.test_upgrade import add_queue, give_this_release_claim_call, previous_cancel, without_added
-from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.store import SearchFilter, Store
@@ -29,16 +28,10 @@ PREVIOUS_RELEASE = 74  # the last migration of the previous release
 @pytest.fixture
 def previous(admin_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Store, psycopg.Connection[Any]]]:
     schedule_as_earlier_releases(monkeypatch)  # its tickler_schedule(), until the upgrade
-    url = pg.create_database(admin_url, prefix="tickler_upgrade_release")
-    migrate(url, through=PREVIOUS_RELEASE)
-    engine = create_engine(url, pool_size=2)
-    try:
-        with psycopg.connect(libpq_url(url), autocommit=True) as raw:
-            give_this_release_claim_call(raw)
-            yield url, Store(engine), raw
-    finally:
-        engine.dispose()
-        pg.drop_database(admin_url, url)
+    database = pg.migrated_database(admin_url, "tickler_upgrade_release", through=PREVIOUS_RELEASE, pool_size=2)
+    with database as (url, engine, raw):
+        give_this_release_claim_call(raw)
+        yield url, Store(engine), raw
 
 
 def reads(store: Store, keys: list[str], now: datetime) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers_wait import wait_until
 from tests.receiver import running_receiver
-from tests.receiver_async import holding_receiver
+from tests.receiver_async import HoldingReceiver, holding_receiver
 from tests.workers.spawn import logs, start_worker, stop_workers
 from tickler.config import Settings, SettingsError, parse_networks
 from tickler.scheduler.delivery.destinations import DestinationPolicy, StaticResolver
@@ -86,6 +86,13 @@ def worker_env(**knobs: str) -> dict[str, str]:
     return {"TICKLER_WORKER_REAP_INTERVAL": "0.2", **knobs}
 
 
+def schedule_held(store: Store, queue: Queue, n: int, receiver: HoldingReceiver, tmp_path: Path) -> None:
+    """Schedule `n` events and wait until the receiver holds a request of each (the worker's log
+    in tmp_path tells why, if it never does)."""
+    schedule(store, queue, n)
+    wait_until(lambda: receiver.held == n, timeout=60, what=lambda: f"{receiver.held} held\n{logs(tmp_path)}")
+
+
 def test_a_worker_killed_with_many_requests_in_flight_has_each_redelivered_once_after_its_lease(
     store: Store, database_url: str, make_queue: Callable[..., Queue], raw: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
@@ -96,8 +103,7 @@ def test_a_worker_killed_with_many_requests_in_flight_has_each_redelivered_once_
         )
         worker = start_worker(database_url, tmp_path, name="doomed", webhooks=True, **worker_env())
         try:
-            schedule(store, queue, n)
-            wait_until(lambda: receiver.held == n, timeout=60, what=lambda: f"{receiver.held} held\n{logs(tmp_path)}")
+            schedule_held(store, queue, n, receiver, tmp_path)
         finally:
             worker.send_signal(signal.SIGKILL)
             worker.wait(10)
@@ -120,8 +126,7 @@ def test_sigterm_lets_requests_in_flight_finish_within_the_grace_period_and_rele
             database_url, tmp_path, name="stopped", webhooks=True, **worker_env(TICKLER_WORKER_SHUTDOWN_GRACE="3")
         )
         try:
-            schedule(store, queue, n)
-            wait_until(lambda: receiver.held == n, timeout=60, what=lambda: f"{receiver.held} held\n{logs(tmp_path)}")
+            schedule_held(store, queue, n, receiver, tmp_path)
             ids = sorted(receiver.arrivals)
             finishing = set(ids[: n // 2])
             worker.send_signal(signal.SIGTERM)
