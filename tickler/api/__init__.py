@@ -101,19 +101,21 @@ def create_app(settings: Settings | None = None, *, configure_logs: bool = True)
     v1 = Blueprint("v1", __name__, url_prefix="/v1")
     v1.before_request(auth.require_token)
     v1.before_request(context.refuse_query_args)
-    v1.register_blueprint(events.bp)
-    v1.register_blueprint(export.bp)
-    v1.register_blueprint(queues.bp)
-    v1.register_blueprint(schedules.bp)
-    v1.register_blueprint(leases.claims_bp)
-    v1.register_blueprint(leases.leases_bp)
-    v1.register_blueprint(tokens.bp)
-    v1.register_blueprint(operations.bp)
-    v1.register_blueprint(erasures.bp)
-    v1.register_blueprint(audit.bp)
-    app.register_blueprint(v1)
-    app.register_blueprint(ops.bp)
-    app.register_blueprint(docs.bp)
+    for resource in (
+        events.bp,
+        export.bp,
+        queues.bp,
+        schedules.bp,
+        leases.claims_bp,
+        leases.leases_bp,
+        tokens.bp,
+        operations.bp,
+        erasures.bp,
+        audit.bp,
+    ):
+        v1.register_blueprint(resource)
+    for blueprint in (v1, ops.bp, docs.bp):
+        app.register_blueprint(blueprint)
     ui.register(app)
     app.add_url_rule("/", "root", lambda: redirect("/ui/"))  # a person who opens the bare address
 

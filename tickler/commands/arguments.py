@@ -5,17 +5,27 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+from collections.abc import Callable
 
 from tickler.scheduler import rules
 from tickler.scheduler.errors import NotFound
 
 
-def key(value: str) -> str:
-    """An argparse type: an item_key, group_key or prefix that the rules accept."""
-    problem = rules.check_key(value)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return value
+def checked(check: Callable[[str], str | None]) -> Callable[[str], str]:
+    """An argparse type: the value as given, once `check` finds no problem in it (the problem it
+    finds is the error argparse shows)."""
+
+    def argument(value: str) -> str:
+        problem = check(value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    return argument
+
+
+# An item_key, group_key or prefix that the rules accept.
+key = checked(rules.check_key)
 
 
 def check_queue_name(name: str) -> None:

@@ -11,28 +11,21 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from tickler.commands.arguments import key
+from tickler.commands.arguments import checked, key
 from tickler.commands.output import print_json
 from tickler.scheduler import rules
-from tickler.scheduler.rules import format_timestamp
 
 if TYPE_CHECKING:  # the parser is built for every command: the store is imported when run
     from tickler.scheduler.store import Store
     from tickler.scheduler.store.erasures import Erasure
 
 
-def _item_key(value: str) -> str:
-    problem = rules.check_item_key(value)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return value
+def _reason_problem(value: str) -> str | None:
+    return rules.check_text(value, 1000) if value.strip() else "Give a reason (not empty, not only spaces)."
 
 
-def _reason(value: str) -> str:
-    problem = rules.check_text(value, 1000) if value.strip() else "Give a reason (not empty, not only spaces)."
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return value
+_item_key = checked(rules.check_item_key)
+_reason = checked(_reason_problem)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -85,18 +78,9 @@ def run(store: Store, args: argparse.Namespace, secret: str) -> int:
 
 
 def _json(erasure: Erasure) -> dict[str, Any]:
-    return {
-        "id": erasure.id,
-        "status": erasure.status,
-        "requested_by": erasure.requested_by,
-        "requested_at": format_timestamp(erasure.requested_at),
-        "finished_at": format_timestamp(erasure.finished_at),
-        "reason": erasure.reason,
-        "counts": {
-            "open_events": erasure.open_events,
-            "finished_events": erasure.finished_events,
-            "timeline_entries": erasure.timeline_entries,
-            "archive_rows": erasure.archive_rows,
-        },
-        "note": erasure.note,
-    }
+    from tickler.api.erasures import erasure_json  # the HTTP API's shape; loaded only when JSON is asked for
+
+    # started_at and queues are not part of the command's answer: scripts may compare it whole.
+    body = erasure_json(erasure)
+    del body["started_at"], body["queues"]
+    return body

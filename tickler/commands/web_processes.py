@@ -150,10 +150,7 @@ class WebProcesses:
         if threading.active_count() > 1:  # serve forks before its threads; an embedding program may not
             log.warning("forking the web processes' supervisor while threads run", threads=threading.active_count())
         parent = os.getpid()
-        with _signals_held():
-            pid = os.fork()
-            if pid == 0:
-                _stopped_by_the_parent_only(_raise_stop)
+        pid = _fork(_raise_stop)
         if pid == 0:
             os.close(self._gate_write)  # else the gate could never open: this process would hold it
             gate = self._gate_read
@@ -244,10 +241,7 @@ class _Supervisor:
 
     def _spawn(self) -> None:
         supervisor = os.getpid()
-        with _signals_held():
-            pid = os.fork()
-            if pid == 0:
-                _stopped_by_the_parent_only(_raise_interrupt)
+        pid = _fork(_raise_interrupt)
         if pid == 0:
             _forked(supervisor, self.serve_one)
         self.children[pid] = time.monotonic()
@@ -289,6 +283,15 @@ class _Supervisor:
 # The signals a terminal sends the whole process group (Ctrl-C, its closing) and the one a parent
 # stops its child with.
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGHUP, signal.SIGTERM}
+
+
+def _fork(on_sigterm: Callable[[int, FrameType | None], None]) -> int:
+    """os.fork(): in the child (0), stopped by its parent's SIGTERM alone, through `on_sigterm`."""
+    with _signals_held():
+        pid = os.fork()
+        if pid == 0:
+            _stopped_by_the_parent_only(on_sigterm)
+    return pid
 
 
 @contextlib.contextmanager

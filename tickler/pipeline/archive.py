@@ -13,6 +13,7 @@ run the manifest lacks.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -228,6 +229,37 @@ def ledger_figures(frame: DataFrame, *by: str) -> DataFrame:
         F.countDistinct("id").alias("distinct"),
         F.coalesce(F.sum(F.col("id").cast("decimal(38,0)")), F.lit(0)).alias("id_sum"),
     )
+
+
+def write_checked(
+    spark: SparkSession,
+    files: layout.Files,
+    root: str,
+    partition: str,
+    old: DataFrame,
+    new: DataFrame,
+    *,
+    work_prefix: str,
+    name: str,
+    mismatch: str,
+) -> str:
+    """Write `new` as one file of `partition` (under `root`), beside the files it stands for and
+    unlisted until the manifest says so, once it holds the rows `old` holds (else ArchiveMismatch
+    `mismatch`, and nothing is left); its name under `root`, `{partition}/{name}-{key}.parquet`.
+    It is written in a work directory named `work_prefix` + key, which a pass that dies leaves for
+    the next to remove."""
+    key = uuid.uuid4().hex
+    work = f"{root}/{partition}/{work_prefix}{key}"
+    new.coalesce(1).write.parquet(f"{work}/data")
+    figures = [ledger_figures(frame).first() for frame in (old, spark.read.parquet(f"{work}/data"))]
+    if figures[0] != figures[1]:
+        files.delete(work)
+        raise ArchiveMismatch(mismatch)
+    [data] = [n for n, is_dir in files.listing(f"{work}/data") if not is_dir and n.endswith(".parquet")]
+    target = f"{partition}/{name}-{key}.parquet"
+    files.rename(f"{work}/data/{data}", f"{root}/{target}")
+    files.delete(work)
+    return target
 
 
 def _delete(conn: psycopg.Connection[Any], run: dict[str, Any]) -> None:

@@ -14,7 +14,6 @@ checked against its ledger row, as the archive checks its runs.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,7 +23,7 @@ from psycopg.rows import dict_row
 from pyspark.sql import SparkSession
 
 from tickler.pipeline import db, layout, manifest
-from tickler.pipeline.archive import ArchiveMismatch, archive_lock, ledger_figures
+from tickler.pipeline.archive import ArchiveMismatch, archive_lock, ledger_figures, write_checked
 from tickler.pipeline.spark import PipelineError
 
 _PENDING = "_compact-"
@@ -94,20 +93,19 @@ def _by_partition(names: list[str]) -> dict[str, list[str]]:
 
 def _merge(spark: SparkSession, files: layout.Files, root: str, partition: str, names: list[str]) -> str:
     """Write the partition's files as one, checked, beside them (unlisted); its name under `root`."""
-    key = uuid.uuid4().hex
-    work = f"{root}/{partition}/{_PENDING}{key}"
     old = spark.read.parquet(*[f"{root}/{partition}/{name}" for name in names])
     old = old.drop(*[c for c in ("queue", "date") if c in old.columns])  # they are the directory's
-    old.sortWithinPartitions("run", "id").coalesce(1).write.parquet(f"{work}/data")
-    figures = [ledger_figures(frame).first() for frame in (old, spark.read.parquet(f"{work}/data"))]
-    if figures[0] != figures[1]:
-        files.delete(work)
-        raise ArchiveMismatch(f"compaction of {partition}: the merged file differs from its files; nothing changed")
-    [data] = [name for name, is_dir in files.listing(f"{work}/data") if not is_dir and name.endswith(".parquet")]
-    target = f"{partition}/compact-{key}.parquet"
-    files.rename(f"{work}/data/{data}", f"{root}/{target}")
-    files.delete(work)
-    return target
+    return write_checked(
+        spark,
+        files,
+        root,
+        partition,
+        old,
+        old.sortWithinPartitions("run", "id"),
+        work_prefix=_PENDING,
+        name="compact",
+        mismatch=f"compaction of {partition}: the merged file differs from its files; nothing changed",
+    )
 
 
 def _remove_strays(files: layout.Files, location: str, current: manifest.Manifest) -> None:

@@ -23,7 +23,6 @@ of those events and by the keys and prefix named.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from tickler.pipeline import db, layout, manifest
-from tickler.pipeline.archive import ArchiveMismatch, archive_lock, ledger_figures, reconcile
+from tickler.pipeline.archive import archive_lock, reconcile, write_checked
 from tickler.pipeline.spark import PipelineError
 from tickler.scheduler.erasing import erased_value, erasure_key
 
@@ -196,17 +195,17 @@ def _rewrite(
 ) -> tuple[str, int]:
     """Write the file `name` (under `root`) again with its matching rows erased, checked, beside it
     (unlisted until the manifest says so); its new name, and how many rows changed."""
-    partition = name.rpartition("/")[0]
-    work = f"{root}/{partition}/{_PENDING}{uuid.uuid4().hex}"
     old = spark.read.option("basePath", root).parquet(f"{root}/{name}")
     changed = old.where(match).count()
-    _erased(table, old, match, mapping).coalesce(1).write.parquet(f"{work}/data")
-    figures = [ledger_figures(frame).first() for frame in (old, spark.read.parquet(f"{work}/data"))]
-    if figures[0] != figures[1]:
-        files.delete(work)
-        raise ArchiveMismatch(f"erasure of {table}/{name}: the rewritten file differs from it; nothing changed")
-    [data] = [n for n, is_dir in files.listing(f"{work}/data") if not is_dir and n.endswith(".parquet")]
-    target = f"{partition}/erased-{work.rpartition(_PENDING)[2]}.parquet"
-    files.rename(f"{work}/data/{data}", f"{root}/{target}")
-    files.delete(work)
+    target = write_checked(
+        spark,
+        files,
+        root,
+        name.rpartition("/")[0],
+        old,
+        _erased(table, old, match, mapping),
+        work_prefix=_PENDING,
+        name="erased",
+        mismatch=f"erasure of {table}/{name}: the rewritten file differs from it; nothing changed",
+    )
     return target, changed

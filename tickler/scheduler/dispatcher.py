@@ -355,8 +355,7 @@ class Dispatcher:
                     try:
                         outcome = deliverer.deliver(queue, lease)
                     except Exception as error:  # a deliverer's own bug must not lose the lease
-                        log.exception("deliverer_error", queue=queue.name)
-                        outcome = Failed(f"{type(error).__name__}: {error}")
+                        outcome = _deliverer_bug(queue, error)
                 _mark(attempt, outcome)
         finally:
             self._finished(queue, lease, outcome, attempt.context if outcome is not None else None, looped=False)
@@ -377,8 +376,7 @@ class Dispatcher:
                     log.warning("lease_ended_before_request", queue=queue.name, lease_id=lease.lease_id)
                     return
                 except Exception as error:  # a deliverer's own bug must not lose the lease
-                    log.exception("deliverer_error", queue=queue.name)
-                    outcome = Failed(f"{type(error).__name__}: {error}")
+                    outcome = _deliverer_bug(queue, error)
                 _mark(attempt, outcome)
         finally:
             # Cancelled (stop() after the grace period): no outcome; stop() gave the lease back.
@@ -426,6 +424,13 @@ class Dispatcher:
             self._lock.notify_all()
         if crossed or self._in_flight.get(queue.name, 0) == 0:
             self.listener.poke(queue.name)  # enough room for a claim again
+
+
+def _deliverer_bug(queue: Queue, error: Exception) -> Failed:
+    """The outcome of an attempt whose deliverer raised: a failure naming the exception (logged
+    with its traceback), which finishes the lease like any other."""
+    log.exception("deliverer_error", queue=queue.name)
+    return Failed(f"{type(error).__name__}: {error}")
 
 
 def _mark(attempt: tracing.Span, outcome: Outcome) -> None:

@@ -32,6 +32,22 @@ class Done:
     outcome: Outcome
     trace: TraceContext | None = None  # the attempt's span (tracing on)
 
+    def settled(self, started: int, operation: str, outcome: str, *, error: str | None = None) -> None:
+        """The `settle` span of its ack or nack, begun at `started`, under the attempt's span (tracing
+        on). `error`: the ack found the lease stale."""
+        if self.trace is not None:
+            tracing.record(
+                "settle",
+                self.queue,
+                started,
+                parent=self.trace,
+                error=error,
+                error_type="stale_lease",
+                messaging__operation__name=operation,
+                tickler__lease_id=self.lease.lease_id,
+                tickler__outcome=outcome,
+            )
+
 
 _STOP = Done("", Lease("", "", None, datetime.min, "", ()), Delivered())
 
@@ -106,18 +122,7 @@ class Finisher:
                 stale = d.lease.lease_id not in live
                 if stale:
                     log.warning("ack_of_stale_lease", queue=d.queue, lease_id=d.lease.lease_id)
-                if d.trace is not None:
-                    tracing.record(
-                        "settle",
-                        d.queue,
-                        started,
-                        parent=d.trace,
-                        error="the lease expired before its ack" if stale else None,
-                        error_type="stale_lease",
-                        messaging__operation__name="ack",
-                        tickler__lease_id=d.lease.lease_id,
-                        tickler__outcome="delivered",
-                    )
+                d.settled(started, "ack", "delivered", error="the lease expired before its ack" if stale else None)
         for d in done:
             if isinstance(d.outcome, Delivered):
                 continue
@@ -131,16 +136,7 @@ class Finisher:
                     dead=isinstance(d.outcome, Dead),
                     trace_id=d.trace.trace_id if d.trace is not None else None,
                 )
-                if d.trace is not None:
-                    tracing.record(
-                        "settle",
-                        d.queue,
-                        started,
-                        parent=d.trace,
-                        messaging__operation__name="nack",
-                        tickler__lease_id=d.lease.lease_id,
-                        tickler__outcome="dead" if result.dead else "failed",
-                    )
+                d.settled(started, "nack", "dead" if result.dead else "failed")
                 # A failed attempt is a warning; the one that makes the events dead is an error,
                 # the line an operator is paged for. Both name the keys, which people search by.
                 (log.error if result.dead else log.warning)(

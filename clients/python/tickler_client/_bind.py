@@ -1,15 +1,16 @@
 """Turning the call builders into client methods: one definition of each call (its arguments,
 docstring, request and answer), bound to a blocking client by `blocking` and to an asyncio client
-by `awaiting` — so the two clients offer the same calls by construction, not by copying. Both
-clients also take their connection settings in one place, `Connected`."""
+by `awaiting` (a listing read page after page: `blocking_pages`, `awaiting_pages`) — so the two
+clients offer the same calls by construction, not by copying. Both clients also take their
+connection settings in one place, `Connected`."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from tickler_client._http import AsyncTransport, Call, Settings, Transport
+from tickler_client._http import AsyncTransport, Call, Pages, PageT, Settings, Transport
 from tickler_client._version import __version__
 
 P = ParamSpec("P")
@@ -66,12 +67,29 @@ class Sends(Connected[Transport]):
     def _connect(self, settings: Settings) -> Transport:
         return Transport(settings)
 
+    def _every(self, pages: Pages[PageT, T]) -> Iterator[T]:
+        """Every item of the listing, asking for each page as the iteration reaches it."""
+        call: Call[PageT] | None = pages.call(None)
+        while call is not None:
+            page = self._transport.send(call)
+            yield from pages.items(page)
+            call = pages.after(page)
+
 
 class AwaitsSends(Connected[AsyncTransport]):
     """An asyncio client's base."""
 
     def _connect(self, settings: Settings) -> AsyncTransport:
         return AsyncTransport(settings)
+
+    async def _every(self, pages: Pages[PageT, T]) -> AsyncIterator[T]:
+        """The same, as an async iterator."""
+        call: Call[PageT] | None = pages.call(None)
+        while call is not None:
+            page = await self._transport.send(call)
+            for item in pages.items(page):
+                yield item
+            call = pages.after(page)
 
 
 def blocking(build: Callable[P, Call[T]]) -> Callable[Concatenate[Sends, P], T]:
@@ -90,5 +108,25 @@ def awaiting(build: Callable[P, Call[T]]) -> Callable[Concatenate[AwaitsSends, P
     @functools.wraps(build)
     async def method(self: AwaitsSends, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._transport.send(build(*args, **kwargs))
+
+    return method
+
+
+def blocking_pages(build: Callable[P, Pages[Any, T]]) -> Callable[Concatenate[Sends, P], Iterator[T]]:
+    """A method that iterates over every item of the listing `build` describes."""
+
+    @functools.wraps(build)
+    def method(self: Sends, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return self._every(build(*args, **kwargs))
+
+    return method
+
+
+def awaiting_pages(build: Callable[P, Pages[Any, T]]) -> Callable[Concatenate[AwaitsSends, P], AsyncIterator[T]]:
+    """The same method as an async iterator."""
+
+    @functools.wraps(build)
+    def method(self: AwaitsSends, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
+        return self._every(build(*args, **kwargs))
 
     return method

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tickler_client._fields import UNSET, Unset, deprecated, given, seconds, statuses, timestamp, when, without_none
-from tickler_client._http import Answer, Call, segment
+from tickler_client._http import Answer, Call, Pages, segment
 from tickler_client.models import BatchResult, Event, OnConflict, Page, Timeline, parse_event, parse_timeline
 
 
@@ -241,6 +241,48 @@ def search_page(
         due_until=None if due_until is None else timestamp(due_until, "due_until"),
     )
     return Call("GET", f"/v1/queues/{segment(queue)}/events", _page, params=params, safe=True)
+
+
+def search(
+    queue: str,
+    *,
+    status: str | Iterable[str] | None = None,
+    group_key: str | None = None,
+    item_key_prefix: str | None = None,
+    page_size: int = 100,
+    priority: int | None = None,
+    fairness_key: str | None = None,
+    sort: str | None = None,
+    due_from: datetime | str | None = None,
+    due_until: datetime | str | None = None,
+) -> Pages[Page, Event]:
+    """Every matching event, fetching page after page (`page_size` each) as you iterate (an
+    async iterator on `AsyncClient`). `status` is one status or several; `sort`: `due` (the
+    default), `-due`, `changed` or `-changed` (by last change, newest first). Each page is
+    retried (a read).
+
+    >>> for event in client.search("emails", status=["pending", "in_flight"], item_key_prefix="welcome:"):
+    ...     print(event.item_key, event.schedule_on)
+    >>> async for event in tickler.search("emails", status="dead"):
+    ...     print(event.item_key)
+    """
+
+    def page(cursor: str | None) -> Call[Page]:
+        return search_page(
+            queue,
+            status=status,
+            group_key=group_key,
+            item_key_prefix=item_key_prefix,
+            page_size=page_size,
+            cursor=cursor,
+            priority=priority,
+            fairness_key=fairness_key,
+            sort=sort,
+            due_from=due_from,
+            due_until=due_until,
+        )
+
+    return Pages(page, lambda found: found.events)
 
 
 def retry(

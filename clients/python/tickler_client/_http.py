@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -59,6 +59,30 @@ class Call(Generic[T]):
     safe: bool = False
     lease_call: bool = False
     extra_wait: float = 0.0
+
+
+class Paged(Protocol):
+    """A page of a listing: the cursor of the next page (None: this is the last)."""
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+PageT = TypeVar("PageT", bound=Paged)
+
+
+@dataclass(frozen=True)
+class Pages(Generic[PageT, T]):
+    """A listing read page after page: `call(cursor)` builds the call for one page (None: the
+    first), `items(page)` is what that page lists. The clients build the first call only when the
+    iteration starts, so an argument they refuse (a naive datetime) is refused there."""
+
+    call: Callable[[str | None], Call[PageT]]
+    items: Callable[[PageT], list[T]]
+
+    def after(self, page: PageT) -> Call[PageT] | None:
+        """The call for the page after `page` (None: it was the last)."""
+        return None if page.next_cursor is None else self.call(page.next_cursor)
 
 
 def retry_after_seconds(value: str | None) -> float | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tickler_client._fields import UNSET, Unset, deprecated, given, without_none
-from tickler_client._http import Answer, Call, segment
+from tickler_client._http import Answer, Call, Pages, segment
 from tickler_client._model import from_json
 from tickler_client.models import CatchUp, DeletedQueue, Queue, Schedule, parse_schedule
 
@@ -45,6 +45,11 @@ def schedules_page(queue: str, *, page_size: int = 100, cursor: str | None = Non
         return SchedulesPage(found, answer.body.get("next_cursor") or None)
 
     return Call("GET", schedule_path(queue), page, params=params, safe=True)
+
+
+def schedules(queue: str, *, page_size: int = 100) -> Pages[SchedulesPage, Schedule]:
+    """Every schedule of a queue, ordered by key, page after page (`page_size` each)."""
+    return Pages(lambda cursor: schedules_page(queue, page_size=page_size, cursor=cursor), lambda page: page.schedules)
 
 
 def put_queue(

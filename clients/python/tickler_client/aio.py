@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
-from datetime import datetime
 from types import TracebackType
 
 from tickler_client import _erasures, _events, _leases, _queues, _tokens
-from tickler_client._bind import AwaitsSends, awaiting
+from tickler_client._bind import AwaitsSends, awaiting, awaiting_pages
 from tickler_client.aio_consume import Handler, run_consumer
 from tickler_client.consume import ConsumeStats, default_worker_name
 from tickler_client.errors import StaleLease, TicklerError
-from tickler_client.models import Event, Lease, NackResult, Schedule
+from tickler_client.models import Lease, NackResult, Schedule
 
 
 class AsyncClient(AwaitsSends):
@@ -36,6 +34,7 @@ class AsyncClient(AwaitsSends):
     get = awaiting(_events.get)
     timeline = awaiting(_events.timeline)
     search_page = awaiting(_events.search_page)
+    search = awaiting_pages(_events.search)
     retry = awaiting(_events.retry)
     retry_matching = awaiting(_events.retry_matching)
     # pull consumers
@@ -87,56 +86,9 @@ class AsyncClient(AwaitsSends):
             with contextlib.suppress(TicklerError):
                 _leases.explain(stale, lease, await self.timeline(*key))
 
-    async def search(
-        self,
-        queue: str,
-        *,
-        status: str | Iterable[str] | None = None,
-        group_key: str | None = None,
-        item_key_prefix: str | None = None,
-        page_size: int = 100,
-        priority: int | None = None,
-        fairness_key: str | None = None,
-        sort: str | None = None,
-        due_from: datetime | str | None = None,
-        due_until: datetime | str | None = None,
-    ) -> AsyncIterator[Event]:
-        """Every matching event, page after page, as an async iterator (see `Client.search`).
-
-        >>> async for event in tickler.search("emails", status="dead"):
-        ...     print(event.item_key)
-        """
-        cursor: str | None = None
-        while True:
-            page = await self.search_page(
-                queue,
-                status=status,
-                group_key=group_key,
-                item_key_prefix=item_key_prefix,
-                page_size=page_size,
-                cursor=cursor,
-                priority=priority,
-                fairness_key=fairness_key,
-                sort=sort,
-                due_from=due_from,
-                due_until=due_until,
-            )
-            for event in page.events:
-                yield event
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
-
     async def list_schedules(self, queue: str, *, page_size: int = 100) -> list[Schedule]:
         """Every schedule of a queue, ordered by key (all pages). Retried."""
-        found: list[Schedule] = []
-        cursor: str | None = None
-        while True:
-            page = await self._transport.send(_queues.schedules_page(queue, page_size=page_size, cursor=cursor))
-            found.extend(page.schedules)
-            if page.next_cursor is None:
-                return found
-            cursor = page.next_cursor
+        return [schedule async for schedule in self._every(_queues.schedules(queue, page_size=page_size))]
 
     async def consume(
         self,

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
+from collections.abc import Callable, Iterator
 from types import TracebackType
 
 from tickler_client import _erasures, _events, _leases, _queues, _tokens
-from tickler_client._bind import Sends, blocking
+from tickler_client._bind import Sends, blocking, blocking_pages
 from tickler_client._http import Transport
 from tickler_client.consume import ConsumeStats, default_worker_name, run_consumer
 from tickler_client.errors import StaleLease, TicklerError
-from tickler_client.models import Event, Lease, NackResult, Schedule
+from tickler_client.models import Lease, NackResult, Schedule
 
 
 class _LeaseCalls(Sends):
@@ -55,6 +54,7 @@ class Client(Sends):
     get = blocking(_events.get)
     timeline = blocking(_events.timeline)
     search_page = blocking(_events.search_page)
+    search = blocking_pages(_events.search)
     retry = blocking(_events.retry)
     retry_matching = blocking(_events.retry_matching)
     # pull consumers
@@ -105,61 +105,13 @@ class Client(Sends):
                     _leases.explain(stale, lease, self.timeline(*key))
             raise
 
-    def search(
-        self,
-        queue: str,
-        *,
-        status: str | Iterable[str] | None = None,
-        group_key: str | None = None,
-        item_key_prefix: str | None = None,
-        page_size: int = 100,
-        priority: int | None = None,
-        fairness_key: str | None = None,
-        sort: str | None = None,
-        due_from: datetime | str | None = None,
-        due_until: datetime | str | None = None,
-    ) -> Iterator[Event]:
-        """Every matching event, fetching page after page (`page_size` each) as you iterate.
-        `status` is one status or several; `sort`: `due` (the default), `-due`, `changed` or
-        `-changed` (by last change, newest first). Each page is retried (a read).
-
-        >>> for event in client.search("emails", status=["pending", "in_flight"], item_key_prefix="welcome:"):
-        ...     print(event.item_key, event.schedule_on)
-        """
-        cursor: str | None = None
-        while True:
-            page = self.search_page(
-                queue,
-                status=status,
-                group_key=group_key,
-                item_key_prefix=item_key_prefix,
-                page_size=page_size,
-                cursor=cursor,
-                priority=priority,
-                fairness_key=fairness_key,
-                sort=sort,
-                due_from=due_from,
-                due_until=due_until,
-            )
-            yield from page.events
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
-
     def list_schedules(self, queue: str, *, page_size: int = 100) -> list[Schedule]:
         """Every schedule of a queue, ordered by key (all pages, `page_size` each). Retried.
 
         >>> [s.schedule_key for s in client.list_schedules("reports")]
         ['daily-digest']
         """
-        found: list[Schedule] = []
-        cursor: str | None = None
-        while True:
-            page = self._transport.send(_queues.schedules_page(queue, page_size=page_size, cursor=cursor))
-            found.extend(page.schedules)
-            if page.next_cursor is None:
-                return found
-            cursor = page.next_cursor
+        return list(self._every(_queues.schedules(queue, page_size=page_size)))
 
     def consume(
         self,

@@ -18,8 +18,8 @@ import psycopg
 
 from tickler.scheduler.db import driver_connection, driver_rows
 from tickler.scheduler.models import Queue
-from tickler.scheduler.sql import file_queries, rowcount, run
-from tickler.scheduler.store.base import EngineStore
+from tickler.scheduler.sql import rowcount, run
+from tickler.scheduler.store.base import EngineStore, sql_file
 
 # Every action an entry may name (the API's `action` filter accepts these only).
 QUEUE_CREATED = "queue.created"
@@ -55,8 +55,7 @@ _NOT_LOGGED = frozenset(
 )
 
 
-def _sql(name: str) -> str:
-    return file_queries("tickler.scheduler.store", "audit.sql")[name]
+_sql = sql_file("audit.sql")
 
 
 @dataclass(frozen=True)

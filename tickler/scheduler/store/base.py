@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
 from tickler.scheduler.db import driver_rows
 from tickler.scheduler.replica import ReadEngines
-from tickler.scheduler.sql import driver_sql
+from tickler.scheduler.sql import driver_sql, file_queries
+
+
+def sql_file(filename: str) -> Callable[[str], str]:
+    """The named queries of a SQL file beside the store's modules, in psycopg's placeholders, for
+    sql.run: `_sql = sql_file("audit.sql")`, then `_sql("name")` (the file is read on first use)."""
+    return lambda name: file_queries("tickler.scheduler.store", filename)[name]
 
 
 class EngineStore:

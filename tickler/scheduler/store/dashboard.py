@@ -14,14 +14,11 @@ import sqlalchemy as sa
 
 from tickler.scheduler.db import driver_connection, driver_rows
 from tickler.scheduler.models import Principal
-from tickler.scheduler.sql import file_queries, run
-from tickler.scheduler.store.base import EngineStore
+from tickler.scheduler.sql import run
+from tickler.scheduler.store.base import EngineStore, sql_file
 from tickler.scheduler.store.tokens import hash_token
 
-
-def _sql(name: str) -> str:
-    """A query of dashboard.sql in psycopg's placeholders, for sql.run."""
-    return file_queries("tickler.scheduler.store", "dashboard.sql")[name]
+_sql = sql_file("dashboard.sql")
 
 
 @dataclass(frozen=True)

@@ -59,21 +59,9 @@ class Impact:
 
 
 def _erasure(row: Mapping[str, Any]) -> Erasure:
-    return Erasure(
-        id=row["id"],
-        status=row["status"],
-        requested_by=row["requested_by"],
-        requested_at=row["requested_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        reason=row["reason"],
-        queues=None if row["queues"] is None else tuple(row["queues"]),
-        open_events=row["open_events"],
-        finished_events=row["finished_events"],
-        timeline_entries=row["timeline_entries"],
-        archive_rows=row["archive_rows"],
-        note=row["note"],
-    )
+    # The log's columns are named as the fields; only `queues` (an array) changes type.
+    found = {name: row[name] for name in Erasure.__dataclass_fields__}
+    return Erasure(**{**found, "queues": None if row["queues"] is None else tuple(row["queues"])})
 
 
 class ErasureStore(EngineStore):

@@ -15,8 +15,7 @@ from datetime import UTC, datetime, timedelta
 from operator import add
 
 from tickler.scheduler.db import driver_rows
-from tickler.scheduler.sql import file_queries
-from tickler.scheduler.store.base import EngineStore
+from tickler.scheduler.store.base import EngineStore, sql_file
 
 BUCKETS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1)}
 MAX_HOURS = 168
@@ -24,8 +23,7 @@ MAX_HOURS = 168
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _sql(name: str) -> str:
-    return file_queries("tickler.scheduler.store", "forecast.sql")[name]
+_sql = sql_file("forecast.sql")
 
 
 def _floor(at: datetime, width: timedelta) -> datetime:

@@ -15,14 +15,10 @@ import sqlalchemy as sa
 
 from tickler.scheduler.db import driver_rows
 from tickler.scheduler.models import Event, TimelineEntry
-from tickler.scheduler.sql import file_queries
 from tickler.scheduler.store import search
-from tickler.scheduler.store.base import EngineStore
+from tickler.scheduler.store.base import EngineStore, sql_file
 
-
-def _sql(name: str) -> str:
-    """A query of ui_reads.sql in psycopg's placeholders, for sql.run."""
-    return file_queries("tickler.scheduler.store", "ui_reads.sql")[name]
+_sql = sql_file("ui_reads.sql")
 
 
 @dataclass(frozen=True)

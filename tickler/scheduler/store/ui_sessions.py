@@ -3,26 +3,18 @@ time that activity does not move (SPEC §7). SQL in `ui_sessions.sql` beside thi
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
 from tickler.scheduler.db import driver_connection, driver_rows
 from tickler.scheduler.models import Principal
-from tickler.scheduler.sql import file_queries, run
+from tickler.scheduler.sql import run
 from tickler.scheduler.store.audit import ADMIN_SIGNED_IN, OperationsLog
-from tickler.scheduler.store.base import EngineStore
+from tickler.scheduler.store.base import EngineStore, sql_file
 from tickler.scheduler.store.tokens import hash_token
 
-
-def _sql(name: str) -> str:
-    """A query of ui_sessions.sql in psycopg's placeholders, for sql.run."""
-    return file_queries("tickler.scheduler.store", "ui_sessions.sql")[name]
-
-
-def _id_hash(session_id: str) -> bytes:
-    return hashlib.sha256(session_id.encode()).digest()
+_sql = sql_file("ui_sessions.sql")
 
 
 @dataclass(frozen=True)
@@ -37,8 +29,9 @@ class SessionStore(EngineStore):
         """A new session for `token`; returns its id (for the cookie only) and when it ends. An
         admin's sign-in (`admin`: its name) is an entry of the operations log, written with it."""
         session_id = secrets.token_urlsafe(32)
+        # Kept as a token is, by its hash only: the table alone signs no one in.
         params = {
-            "id_hash": _id_hash(session_id),
+            "id_hash": hash_token(session_id),
             "token_hash": hash_token(token),
             "lifetime_seconds": lifetime_seconds,
         }
@@ -50,7 +43,7 @@ class SessionStore(EngineStore):
 
     def find(self, session_id: str) -> LiveSession | None:
         """The live session with this id (None: unknown, ended, run out, or its token revoked)."""
-        rows = driver_rows(self.engine, _sql("ui_session_principal"), {"id_hash": _id_hash(session_id)})
+        rows = driver_rows(self.engine, _sql("ui_session_principal"), {"id_hash": hash_token(session_id)})
         if not rows:
             return None
         row = rows[0]
@@ -58,4 +51,4 @@ class SessionStore(EngineStore):
         return LiveSession(principal, row["expires_on"], row["token_id"])
 
     def end(self, session_id: str) -> None:
-        driver_rows(self.engine, _sql("end_ui_session"), {"id_hash": _id_hash(session_id)})
+        driver_rows(self.engine, _sql("end_ui_session"), {"id_hash": hash_token(session_id)})
