@@ -14,6 +14,7 @@ Only the batch enqueue is compared: awa's workers run inside its Rust runtime
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,20 +22,6 @@ from tickler.config.database_url import parse
 
 KIND = "bench"
 QUEUE = "bench"
-
-
-def available() -> bool:
-    try:
-        import awa  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def version() -> str:
-    from importlib.metadata import version as of
-
-    return of("awa-pg")
 
 
 def _client(url: str) -> Any:
@@ -48,12 +35,9 @@ def _client(url: str) -> Any:
 
 
 def install(url: str) -> None:
-    client = _client(url)
-    try:
+    with closing(_client(url)) as client:
         client.migrate()
         client.install_queue_storage()
-    finally:
-        client.close()
 
 
 class Producer:
