@@ -9,16 +9,16 @@ import time
 from pathlib import Path
 
 from bench import report
-from bench.cluster import SETTINGS, PrivateCluster
-from bench.harness import Context, Row, resolve_server, say
-from bench.load import LoadSampler
+from bench.cluster import SETTINGS, server
+from bench.cpu import LoadSampler
+from bench.harness import Context, Row, say
 from tickler.scheduler.logs import configure_logging
 
 # Scenario name -> module (each has run(ctx) -> list[Row]); the report groups them in families.
 SCENARIOS = ["schedule_http", "schedule_batch", "claim", "groups", "pull_http", "webhook", "lateness", "peers"]
 
 
-def _parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, ~2 minutes: proves the harness works")
     parser.add_argument("--only", nargs="+", choices=SCENARIOS, metavar="SCENARIO", help=", ".join(SCENARIOS))
@@ -32,16 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, help="repeats per measurement (default 3; quick: 1)")
     parser.add_argument("--report-only", action="store_true", help="rewrite the page from docs/benchmarks.json")
     parser.add_argument("--note", help="what the page should say about this run's conditions (kept with its rows)")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        help="where to write the page (default docs/benchmarks.md; quick writes none unless given)",
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser.add_argument("--output", type=Path, help="where to write the page (default docs/benchmarks.md; quick: none)")
+    args = parser.parse_args(argv)
     configure_logging("WARNING")
     if args.report_only:
         if not report.RESULTS.exists():
@@ -49,38 +41,26 @@ def main(argv: list[str] | None = None) -> int:
         report.write(report.load(), args.output or report.DOC)
         return 0
     given = args.database_url or os.environ.get("TICKLER_BENCH_DATABASE_URL")
-    server = args.server or ("local" if args.quick or given else "private")
-    cluster = PrivateCluster() if server == "private" else None
-    try:
-        admin_url = cluster.start() if cluster else resolve_server(args.database_url)
-        if cluster:
+    kind = args.server or ("local" if args.quick or given else "private")
+    with server(kind == "private", args.database_url) as admin_url:
+        if kind == "private":
             say(f"private PostgreSQL cluster at {admin_url} ({', '.join(f'{k}={v}' for k, v in SETTINGS.items())})")
-        return _main(args, admin_url, "private" if cluster else "local")
-    finally:
-        if cluster:
-            cluster.stop()
+        return _main(args, admin_url, kind)
 
 
 def _main(args: argparse.Namespace, admin_url: str, cluster: str) -> int:
     ctx = Context(admin_url=admin_url, quick=args.quick, repeats=args.repeats or (1 if args.quick else 3))
     # --only reruns update their rows and keep the others'
     results = {} if args.quick else {k: v for k, v in report.load().items() if k in report.KNOWN}
-    machine, server = report.machine(admin_url), report.run_settings(admin_url)
+    facts = {"machine": report.machine(admin_url), "server": report.run_settings(admin_url), "cluster": cluster}
     started = time.monotonic()
     for name in args.only or SCENARIOS:
         say(f"scenario {name}")
         began = time.monotonic()
         with LoadSampler() as load:
             rows: list[Row] = importlib.import_module(f"bench.{name}").run(ctx)
-        results[name] = report.record(
-            rows,
-            seconds=time.monotonic() - began,
-            machine=machine,
-            server=server,
-            cluster=cluster,
-            load=[round(value, 1) for value in load.range()],
-            note=args.note,
-        )
+        load_range = [round(value, 1) for value in load.range()]
+        results[name] = report.record(rows, time.monotonic() - began, load=load_range, note=args.note, **facts)
         if not args.quick:
             report.save(results)  # an interrupted run keeps the scenarios it finished
     say(f"done in {time.monotonic() - started:.0f} s")

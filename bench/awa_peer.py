@@ -1,19 +1,18 @@
-"""The second peer: awa-pg (PyPI, a Rust core with a Python SDK), driven through its public API only.
+"""The second peer: awa-pg (PyPI, a Rust core with a Python SDK), through its public API only, in the
+batch row only: its workers run inside its Rust runtime (`AsyncClient.start`), which bench/ does not
+drive yet.
 
-Its schema goes into a database of its own by its own `Client.migrate()`, then its queue-storage
-backend by `Client.install_queue_storage()` (without it, `enqueue_many_copy` refuses: "requires an
-active queue_storage backend", and the older `insert_many_copy` path ran at about 1,000 jobs/s
-here). A batch is one `enqueue_many_copy`; awa keys a job by its arguments (`unique_opts`
-`by_args`), so the key rides in the arguments beside the payload; the group is awa's
-`ordering_key`. A batch holding a key that an open job has fails whole (UniqueConflict): awa has
-no `ignore`, so the batches compared hold new keys only, which every side writes alike.
-Only the batch enqueue is compared: awa's workers run inside its Rust runtime
-(`AsyncClient.start`), which bench/ does not drive yet.
+Its schema goes into a database of its own by `Client.migrate()`, then its queue-storage backend
+(without it, `enqueue_many_copy` refuses: "requires an active queue_storage backend"). A job is keyed
+by its arguments (`unique_opts` `by_args`), so the key rides in them beside the payload; the group is
+its `ordering_key`. A batch holding a key an open job has fails whole (UniqueConflict): awa has no
+`ignore`, so the batches compared hold new keys only, which every side writes alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,20 +20,6 @@ from tickler.config.database_url import parse
 
 KIND = "bench"
 QUEUE = "bench"
-
-
-def available() -> bool:
-    try:
-        import awa  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def version() -> str:
-    from importlib.metadata import version as of
-
-    return of("awa-pg")
 
 
 def _client(url: str) -> Any:
@@ -48,12 +33,9 @@ def _client(url: str) -> Any:
 
 
 def install(url: str) -> None:
-    client = _client(url)
-    try:
+    with closing(_client(url)) as client:
         client.migrate()
         client.install_queue_storage()
-    finally:
-        client.close()
 
 
 class Producer:

@@ -1,10 +1,11 @@
-"""A private PostgreSQL cluster for a benchmark run, with stated settings.
+"""The server of a benchmark run: a private PostgreSQL cluster with stated settings, or one given.
 
 A server that has lived on a machine carries its history (ALTER SYSTEM, e.g. `autovacuum = off`);
 results measured on it depend on that history. A full run therefore starts its own cluster:
 initdb into a temporary directory with the settings below (the machine's PostgreSQL binaries,
 /usr/lib/postgresql/N/bin, the newest N; else the embedded pgserver with the same settings), on a
 free port, over TCP 127.0.0.1, and removes it at the end. The settings are recorded in the report.
+Otherwise (`--server local`) the server given, the local one, or an embedded one.
 """
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from bench.harness import DEFAULT_URL, ROOT, execute, free_port, say
+from tickler.scheduler.db import libpq_url
 
 # Durable and vacuumed, as a deployment runs; memory sizes stated, not inherited.
 SETTINGS: dict[str, str] = {
@@ -39,12 +44,6 @@ SETTINGS: dict[str, str] = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _bindir() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parent.parent.name))
     if found:
@@ -53,12 +52,21 @@ def _bindir() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
+def _pgserver(data: Path) -> Any:
+    """The embedded PostgreSQL (pgserver) on `data`, stopped when this process ends."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        return pgserver.get_server(data, cleanup_mode="stop")
+
+
 class PrivateCluster:
     """start() -> admin URL; stop() removes everything."""
 
     def __init__(self) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="tickler-bench-pg-"))
-        self.port = _free_port()
+        self.port = free_port()
         self._pgserver: Any = None
         self._bindir = _bindir()
         self._user: str | None = None
@@ -89,18 +97,12 @@ class PrivateCluster:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def _start_pgserver(self) -> str:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pgserver
-
-            self._pgserver = pgserver.get_server(self.tmp / "pgdata", cleanup_mode="stop")
+        self._pgserver = _pgserver(self.tmp / "pgdata")
         url = str(self._pgserver.get_uri())
-        with psycopg.connect(url, autocommit=True) as conn:
-            for name, value in SETTINGS.items():
-                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+        execute(url, *(f"ALTER SYSTEM SET {name} = '{value}'" for name, value in SETTINGS.items()))
         # shared_buffers, max_connections and wal_level take a restart
         self._pgserver.cleanup()
-        self._pgserver = pgserver.get_server(self.tmp / "pgdata", cleanup_mode="stop")
+        self._pgserver = _pgserver(self.tmp / "pgdata")
         return str(self._pgserver.get_uri())
 
     def stop(self) -> None:
@@ -115,3 +117,34 @@ class PrivateCluster:
                 if not self.tmp.exists():
                     break
                 time.sleep(0.5)
+
+
+_embedded: list[Any] = []  # the embedded server lives as long as this process
+
+
+def resolve_server(url: str | None) -> str:
+    """The admin URL of the target server: the one given, the local PostgreSQL, or an embedded one."""
+    candidate = url or os.environ.get("TICKLER_BENCH_DATABASE_URL") or DEFAULT_URL
+    try:
+        with psycopg.connect(libpq_url(candidate), connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return libpq_url(candidate)
+    except psycopg.OperationalError:
+        if url:
+            raise
+    say(f"{candidate} is not reachable: starting an embedded PostgreSQL (pgserver)")
+    server = _pgserver(ROOT / ".tickler-bench" / "pgdata")
+    _embedded.append(server)
+    execute(str(server.get_uri()), "ALTER SYSTEM SET max_connections = 200")
+    return str(server.get_uri())
+
+
+@contextmanager
+def server(private: bool, url: str | None = None) -> Iterator[str]:
+    """The admin URL of a run's server: a private cluster, removed at the end; else resolve_server's."""
+    cluster = PrivateCluster() if private else None
+    try:
+        yield cluster.start() if cluster else resolve_server(url)
+    finally:
+        if cluster:
+            cluster.stop()

@@ -8,11 +8,16 @@ A meter samples, every SAMPLE seconds, the user + system CPU of
 It keeps the last value seen per pid, so processes and connections that start and end within the
 window count (from 0 when first seen after the start), losing at most one interval of CPU each.
 Load generators (HTTP clients, the producer of the lateness scenario) are not given to it.
+
+What else runs on a shared box moves the rates of a run: LoadSampler samples the 1-minute load
+average while a scenario runs, and the report states the range, so that no one has to add it to
+docs/benchmarks.md by hand.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,13 +26,47 @@ from typing import Self
 
 import psycopg
 
-from bench.sampler import Sampler
-
 SAMPLE = 0.2
 # The harness's own short connections (polling for the end of a drain, reading the finish time)
 # carry this application_name and are not counted.
 HARNESS = "tickler-bench-harness"
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class Sampler:
+    """Sampling in the background while a `with` block runs: once on entering, every `interval`
+    seconds from a daemon thread, and once more on leaving (so that the last stretch counts).
+    A subclass says what one sample is (`sample`); `lost` are the errors after which the
+    background thread stops sampling (the samples on entering and leaving still raise them)."""
+
+    lost: tuple[type[Exception], ...] = ()
+
+    def __init__(self, interval: float, name: str) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def sample(self, *, first: bool = False) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sample()
+            except self.lost:
+                return
+
+    def __enter__(self) -> Self:
+        self.sample(first=True)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
 
 
 def proc_cpu(pid: int) -> float | None:
@@ -61,11 +100,8 @@ class CpuUse:
 
     @staticmethod
     def total(uses: Iterable[CpuUse]) -> CpuUse:
-        app = db = 0.0
-        for use in uses:
-            app += use.app
-            db += use.db
-        return CpuUse(app, db)
+        listed = list(uses)
+        return CpuUse(sum(use.app for use in listed), sum(use.db for use in listed))
 
 
 class SelfCpu:
@@ -106,8 +142,7 @@ class CpuMeter(Sampler):
             for pid in (root, *_children(root)):
                 value = proc_cpu(pid)
                 if value is not None:
-                    self._first[pid] = value
-                    self._last[pid] = value
+                    self._first[pid] = self._last[pid] = value
 
     def _app_pids(self) -> set[int]:
         pids = {p for root in self.roots for p in (root, *_children(root))}
@@ -117,11 +152,10 @@ class CpuMeter(Sampler):
 
     def sample(self, *, first: bool = False) -> None:
         assert self._conn is not None
-        own = self._conn.info.backend_pid
         rows = self._conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> %s "
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
             "AND application_name IS DISTINCT FROM %s",
-            (own, HARNESS),
+            (HARNESS,),
         ).fetchall()
         backends = {int(r[0]) for r in rows}
         self._db_pids |= backends
@@ -129,8 +163,7 @@ class CpuMeter(Sampler):
             value = proc_cpu(pid)
             if value is None:
                 continue
-            if pid not in self._first:
-                self._first[pid] = value if first else 0.0
+            self._first.setdefault(pid, value if first else 0.0)
             self._last[pid] = value
 
     def __enter__(self) -> Self:
@@ -145,16 +178,25 @@ class CpuMeter(Sampler):
         finally:
             assert self._conn is not None
             self._conn.close()
-        app = db = 0.0
-        for pid, last in self._last.items():
-            spent = max(0.0, last - self._first.get(pid, 0.0))
-            if pid in self._db_pids:
-                db += spent
-            else:
-                app += spent
-        self.use = CpuUse(app, db)
+        spent = {pid: max(0.0, last - self._first.get(pid, 0.0)) for pid, last in self._last.items()}
+        app = sum(cpu for pid, cpu in spent.items() if pid not in self._db_pids)
+        self.use = CpuUse(app, sum(cpu for pid, cpu in spent.items() if pid in self._db_pids))
 
 
 def available() -> bool:
     """Per-process CPU comes from /proc: Linux, and a server on this machine."""
     return os.path.exists(f"/proc/{os.getpid()}/stat")
+
+
+class LoadSampler(Sampler):
+    """`with LoadSampler() as load: ...` then `load.range()`: (lowest, highest) 1-minute load average."""
+
+    def __init__(self, interval: float = 5.0) -> None:
+        super().__init__(interval, "bench-load")
+        self.samples: list[float] = []
+
+    def sample(self, *, first: bool = False) -> None:
+        self.samples.append(os.getloadavg()[0])
+
+    def range(self) -> tuple[float, float]:
+        return (min(self.samples), max(self.samples)) if self.samples else (0.0, 0.0)

@@ -13,10 +13,9 @@ import time
 
 import psycopg
 
-from bench.cluster import PrivateCluster
-from bench.harness import create_database, drop_database, make_queue, percentile, resolve_server, say, store_for
+from bench.cluster import server
+from bench.harness import database, make_queue, percentile, say, store_for
 from tickler.scheduler.erasing import Eraser, Hasher, request
-from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.store.erasures import Selector
 
@@ -36,19 +35,18 @@ SEED = [
 
 def probe(url: str, stop: threading.Event, latencies: list[float]) -> None:
     """Schedule, claim and ack one event at a time on the probe's queue; the claims' latencies."""
-    store = store_for(url, pool_size=2)
-    queue = store.queues.get("probe")
-    assert queue is not None
-    i = 0
-    while not stop.is_set():
-        i += 1
-        store.events.schedule(queue, NewEvent(item_key=f"p{i}", data={}), actor="probe")
-        began = time.perf_counter()
-        leases = store.leases.claim(queue, worker="probe", limit=1)
-        latencies.append(time.perf_counter() - began)
-        store.leases.ack([lease.lease_id for lease in leases])
-        stop.wait(0.01)
-    store.engine.dispose()
+    with store_for(url, pool_size=2) as store:
+        queue = store.queues.get("probe")
+        assert queue is not None
+        i = 0
+        while not stop.is_set():
+            i += 1
+            store.events.schedule(queue, NewEvent(item_key=f"p{i}", data={}), actor="probe")
+            began = time.perf_counter()
+            leases = store.leases.claim(queue, worker="probe", limit=1)
+            latencies.append(time.perf_counter() - began)
+            store.leases.ack([lease.lease_id for lease in leases])
+            stop.wait(0.01)
 
 
 def measure(url: str, seconds: float | None, erase: bool) -> tuple[list[float], float]:
@@ -58,16 +56,15 @@ def measure(url: str, seconds: float | None, erase: bool) -> tuple[list[float], 
     thread.start()
     began = time.monotonic()
     if erase:
-        store = store_for(url)
-        selector = Selector(group_key="subject@example.com")
-        erasure = request(store.engine, selector, reason="bench", requested_by="bench", secret="bench")
-        eraser = Eraser(store.engine, Hasher(store.engine, "bench"))
-        while not eraser.run(erasure.id):
-            time.sleep(0.2)
-        done = eraser.store.get(erasure.id)
+        with store_for(url, pool_size=4) as store:
+            selector = Selector(group_key="subject@example.com")
+            erasure = request(store.engine, selector, reason="bench", requested_by="bench", secret="bench")
+            eraser = Eraser(store.engine, Hasher(store.engine, "bench"))
+            while not eraser.run(erasure.id):
+                time.sleep(0.2)
+            done = eraser.store.get(erasure.id)
         assert done is not None and done.status == "done"
         say(f"erased {done.finished_events:,} finished events and {done.timeline_entries:,} timeline entries")
-        store.engine.dispose()
     else:
         time.sleep(seconds or 0)
     took = time.monotonic() - began
@@ -82,28 +79,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", choices=["private", "local"], default="private")
     parser.add_argument("--database-url")
     args = parser.parse_args(argv)
-    cluster = PrivateCluster() if args.server == "private" and not args.database_url else None
-    try:
-        admin_url = cluster.start() if cluster else resolve_server(args.database_url)
-        url = create_database(admin_url)
-        try:
-            migrate(url)
-            make_queue(url, "mail", retention_days=60)
-            make_queue(url, "probe")
-            began = time.monotonic()
-            with psycopg.connect(url, autocommit=True) as conn:
-                for statement in SEED:
-                    conn.execute(statement, {"n": 2 * args.events})  # type: ignore[arg-type]
-                conn.execute("VACUUM ANALYZE tickler_event_history")  # as autovacuum would: BRIN summarized
-                conn.execute("VACUUM ANALYZE tickler_timeline")
-            say(f"seeded {2 * args.events:,} finished events and their entries in {time.monotonic() - began:.0f} s")
-            quiet, _ = measure(url, 60.0, erase=False)
-            during, took = measure(url, None, erase=True)
-        finally:
-            drop_database(admin_url, url)
-    finally:
-        if cluster:
-            cluster.stop()
+    private = args.server == "private" and not args.database_url
+    with server(private, args.database_url) as admin_url, database(admin_url) as url:
+        make_queue(url, "mail", retention_days=60)
+        make_queue(url, "probe")
+        began = time.monotonic()
+        with psycopg.connect(url, autocommit=True) as conn:
+            for statement in SEED:
+                conn.execute(statement, {"n": 2 * args.events})  # type: ignore[arg-type]
+            conn.execute("VACUUM ANALYZE tickler_event_history")  # as autovacuum would: BRIN summarized
+            conn.execute("VACUUM ANALYZE tickler_timeline")
+        say(f"seeded {2 * args.events:,} finished events and their entries in {time.monotonic() - began:.0f} s")
+        quiet, _ = measure(url, 60.0, erase=False)
+        during, took = measure(url, None, erase=True)
     print(f"# claim probe, erasing {args.events:,} events + {args.events:,} timeline entries over 30 days\n")
     print(f"erasure took {took:.1f} s")
     for name, values in (("no erasure", quiet), ("during the erasure", during)):

@@ -23,11 +23,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.harness import ROOT, admin_token, clock_offset, make_queue, percentile, wait_until_drained
-from bench.http import Client, free_port
+from bench.harness import ROOT, admin_token, clock_offset, free_port, make_queue, percentile, poll, wait_until_drained
+from bench.http import Client, ready
 from bench.procs import running
 from tests import pg_cluster
-from tests.helpers_wait import wait_until
 from tickler.scheduler.logs import configure_logging
 
 CLIENTS = 8
@@ -79,7 +78,7 @@ def run(rate: float, seconds: float, lead: float, detect: float) -> dict[str, An
                "TICKLER_CONNECT_TIMEOUT": "2", "TICKLER_LOG_LEVEL": "ERROR"}  # fmt: skip
         serve = subprocess.Popen([str(ROOT / ".venv/bin/tickler"), "serve", "--port", str(port)], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        wait_until(lambda: _ready(port), timeout=60, what="tickler serve answering")
+        poll(lambda: ready(port), what="tickler serve not answering", timeout=60)
         seen_path = Path(tempfile.mkdtemp(prefix="tickler-failover-")) / "seen.json"
         answers: list[Any] = []
         with running(_worker, [(url, str(seen_path))], what="worker", settle=0.5):
@@ -126,13 +125,6 @@ def run(rate: float, seconds: float, lead: float, detect: float) -> dict[str, An
         "delivered_twice": sum(len(c) > 1 for c in by_key.values()),
         "delivered_twice_uncounted": sum(len(c) > 1 and max(c[1:]) == 0 for c in by_key.values()),
     }
-
-
-def _ready(port: int) -> bool:
-    try:
-        return Client(port, "").request("GET", "/readyz")[0] == 200
-    except OSError:
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:

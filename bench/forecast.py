@@ -16,15 +16,14 @@ import argparse
 import re
 import statistics
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from bench.harness import DEFAULT_URL
+from bench.harness import DEFAULT_URL, database, execute, store_for
 from tickler.config import Settings
-from tickler.scheduler.db import create_engine, libpq_url
-from tickler.scheduler.migrate import code_files, migrate
+from tickler.scheduler.db import libpq_url
+from tickler.scheduler.migrate import code_files
 from tickler.scheduler.models import NewEvent
 from tickler.scheduler.store import QueueSettings, Store
 
@@ -37,18 +36,6 @@ INSERT INTO tickler_event (queue, item_key, schedule_on, enqueued_by, max_attemp
 SELECT %(queue)s, 'k' || n, now() + make_interval(secs => (n::bigint * 7919 %% %(spread)s) * 60 + n %% 60), 'bench', 10
 FROM generate_series(%(first)s, %(last)s) AS n
 """
-
-
-def _database(server: str) -> str:
-    name = f"tickler_forecast_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(libpq_url(server), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return server.rsplit("/", 1)[0] + "/" + name
-
-
-def _drop(server: str, url: str) -> None:
-    with psycopg.connect(libpq_url(server), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
 
 
 def load(url: str, events: int) -> float:
@@ -91,8 +78,7 @@ def batch_ms(url: str, store: Store, spacing_seconds: int, rounds: int = 20) -> 
     times: dict[str, list[float]] = {"before": [], "after": []}
     for r in range(rounds):
         for side in ("before", "after"):
-            with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-                conn.execute(_triggers(side == "before"))
+            execute(url, _triggers(side == "before"))
             events = [
                 NewEvent(
                     item_key=f"b{spacing_seconds}{side}{r}-{i}",
@@ -104,8 +90,7 @@ def batch_ms(url: str, store: Store, spacing_seconds: int, rounds: int = 20) -> 
             started = time.perf_counter()
             store.events.schedule_batch(queue, events, actor="bench")
             times[side].append((time.perf_counter() - started) * 1000)
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        conn.execute(_triggers(False))
+    execute(url, _triggers(False))
     return {side: (statistics.median(values), min(values)) for side, values in times.items()}
 
 
@@ -114,11 +99,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--database-url", default=DEFAULT_URL, help="server on which a database is created")
     args = parser.parse_args()
-    url = _database(args.database_url)
-    try:
-        migrate(url)
-        engine = create_engine(url, pool_size=2)
-        store = Store(engine)
+    with database(args.database_url) as url, store_for(url, pool_size=2) as store:
         store.queues.put(QUEUE, QueueSettings(), Settings())
         print(f"loading {args.events:,} pending events over {SPREAD_MINUTES // 1440} days")
         seconds = load(url, args.events)
@@ -132,9 +113,6 @@ def main() -> int:
             for side, label in (("before", "without the forecast's counters"), ("after", "with them")):
                 median, fastest = costs[side]
                 print(f"1,000-event batch over {spread} {label}: median {median:.1f} ms, fastest {fastest:.1f} ms")
-        engine.dispose()
-    finally:
-        _drop(args.database_url, url)
     return 0
 
 

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import contextlib
-import os
+import socket
 import statistics
 import sys
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from sqlalchemy.engine import make_url
 
+from bench import baseline
 from bench.cpu import HARNESS
-from tickler.scheduler.db import libpq_url
+from tickler.config import Settings
+from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.migrate import migrate
-from tickler.scheduler.store import Store
+from tickler.scheduler.store import QueueSettings, Store
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,12 +53,7 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
-        if self.tickler is None or not self.baseline:
-            return None
-        return self.tickler / self.baseline
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return None if self.tickler is None or not self.baseline else self.tickler / self.baseline
 
     @classmethod
     def measured(
@@ -77,18 +74,10 @@ class Row:
         ok = None if met is None else met(t, b)
         return cls(name, t, b, unit, target, ok, runs=runs, baseline_runs=baseline_runs, cpu=cpu or {})
 
-    @classmethod
-    def throughput(
-        cls,
-        name: str,
-        runs: list[float],
-        baseline_runs: list[float],
-        target: str,
-        share: float,
-        cpu: dict[str, list[float]],
-    ) -> Row:
-        """An events/s row against the baseline, met at `share` of it."""
-        return cls.measured(name, runs, baseline_runs, target=target, met=lambda t, b: t >= share * (b or 0), cpu=cpu)
+
+def at_least(share: float) -> Callable[[float, float | None], bool]:
+    """The target of a rate against the baseline's: met at `share` of it."""
+    return lambda tickler, base: tickler >= share * (base or 0)
 
 
 @dataclass
@@ -103,15 +92,20 @@ class Context:
         return quick if self.quick else full
 
     @contextlib.contextmanager
-    def database(self, *, tickler: bool = True) -> Iterator[str]:
-        """A fresh database (migrated for tickler when asked), dropped afterwards; yields its libpq URL."""
-        url = create_database(self.admin_url)
-        try:
-            if tickler:
-                migrate(url)
+    def shared_database(self, **settings: Any) -> Iterator[str]:
+        """A fresh database for tickler and the baseline: the queue QUEUE (with `settings`) and the
+        baseline's table."""
+        with database(self.admin_url) as url:
+            make_queue(url, **settings)
+            baseline.install(url)
             yield url
-        finally:
-            drop_database(self.admin_url, url)
+
+    def repeat(
+        self, measure: Callable[..., tuple[float, list[float]]], *args: Any, **kwargs: Any
+    ) -> tuple[list[float], list[list[float]]]:
+        """measure(*args, **kwargs) `repeats` times, each a figure and its CPU µs/event: the figures, the CPUs."""
+        measured = [measure(*args, **kwargs) for _ in range(self.repeats)]
+        return [figure for figure, _ in measured], [cpu for _, cpu in measured]
 
 
 def say(message: str) -> None:
@@ -123,10 +117,8 @@ def median(values: list[float]) -> float:
 
 
 def median_cpu(per_run: list[list[float]]) -> list[float]:
-    """[app, db] µs/event: the median of each over the repeats."""
-    if not per_run:
-        return []
-    return [median([run[0] for run in per_run]), median([run[1] for run in per_run])]
+    """[app, db] µs/event: the median of each over the repeats (none without repeats)."""
+    return [median(list(side)) for side in zip(*per_run, strict=True)]
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -139,122 +131,100 @@ def percentile(values: list[float], p: float) -> float:
 
 # -- the server -------------------------------------------------------------------------------------
 
-_embedded: list[Any] = []
 
-
-def resolve_server(url: str | None) -> str:
-    """The admin URL of the target server: the one given, the local PostgreSQL, or an embedded one."""
-    candidate = url or os.environ.get("TICKLER_BENCH_DATABASE_URL") or DEFAULT_URL
-    try:
-        with psycopg.connect(libpq_url(candidate), connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-        return libpq_url(candidate)
-    except psycopg.OperationalError:
-        if url:
-            raise
-    say(f"{candidate} is not reachable: starting an embedded PostgreSQL (pgserver)")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver
-
-        server = pgserver.get_server(ROOT / ".tickler-bench" / "pgdata", cleanup_mode="stop")
-    _embedded.append(server)
-    with psycopg.connect(str(server.get_uri()), autocommit=True) as conn:
-        conn.execute("ALTER SYSTEM SET max_connections = 200")
-    return str(server.get_uri())
-
-
-def create_database(admin_url: str) -> str:
-    name = f"tickler_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return with_database(admin_url, name)
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def with_database(url: str, name: str) -> str:
-    from sqlalchemy.engine import make_url
-
     return make_url(libpq_url(url)).set(database=name).render_as_string(hide_password=False)
 
 
-def drop_database(admin_url: str, url: str) -> None:
-    from sqlalchemy.engine import make_url
+@contextlib.contextmanager
+def database(admin_url: str, *, tickler: bool = True) -> Iterator[str]:
+    """A fresh database (migrated for tickler when asked), dropped afterwards; yields its libpq URL."""
+    admin_url, name = libpq_url(admin_url), f"tickler_bench_{uuid.uuid4().hex[:10]}"
+    execute(admin_url, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        if tickler:
+            migrate(with_database(admin_url, name))
+        yield with_database(admin_url, name)
+    finally:
+        execute(admin_url, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
-    name = make_url(url).database
-    assert name is not None
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+def execute(url: str, *statements: str | sql.Composable) -> None:
+    """Statements on a fresh autocommit connection of the harness's own."""
+    with psycopg.connect(url, autocommit=True, application_name=HARNESS) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def value(url: str, query: str | sql.Composable, params: Any = ()) -> Any:
+    """The one value a query returns, on a fresh connection of the harness's own (not metered; no
+    stale statistics snapshot)."""
+    with psycopg.connect(url, autocommit=True, application_name=HARNESS) as conn:
+        row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def poll(done: Callable[[], object], *, what: str, timeout: float = 600.0, interval: float = 0.1) -> None:
+    """Call `done` every `interval` s until it returns something true; TimeoutError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} after {timeout} s")
+        time.sleep(interval)
 
 
 # -- tickler state ----------------------------------------------------------------------------------
 
 
-def store_for(url: str, pool_size: int = 4) -> Store:
-    from tickler.scheduler.db import create_engine
-
-    return Store(create_engine(url, pool_size=pool_size))
+@contextlib.contextmanager
+def store_for(url: str, pool_size: int = 1) -> Iterator[Store]:
+    store = Store(create_engine(url, pool_size=pool_size))
+    try:
+        yield store
+    finally:
+        store.engine.dispose()
 
 
 def make_queue(url: str, name: str = QUEUE, **settings: Any) -> None:
     """Create a queue through the store (the same path as PUT /v1/queues/{q})."""
-    from tickler.config import Settings
-    from tickler.scheduler.store import QueueSettings
-
-    store = store_for(url, pool_size=1)
-    try:
+    with store_for(url) as store:
         store.queues.put(name, QueueSettings(**settings), Settings())
-    finally:
-        store.engine.dispose()
 
 
 def admin_token(url: str) -> str:
-    store = store_for(url, pool_size=1)
-    try:
+    with store_for(url) as store:
         return store.tokens.create("bench", is_admin=True)
-    finally:
-        store.engine.dispose()
-
-
-def open_count(url: str, table: str = "tickler_event") -> int:
-    with psycopg.connect(url, application_name=HARNESS) as conn:
-        row = conn.execute(
-            sql.SQL("SELECT count(*) FROM {} WHERE dequeued_on IS NULL").format(sql.Identifier(table))
-        ).fetchone()
-    return int(row[0]) if row else 0
 
 
 def wait_until_drained(url: str, *, table: str = "tickler_event", timeout: float = 600.0) -> None:
     """Poll (slowly: the end time is read from dequeued_on, not from this loop) until nothing is open."""
-    deadline = time.monotonic() + timeout
-    while open_count(url, table) > 0:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{table}: events still open after {timeout} s")
-        time.sleep(0.1)
+    query = sql.SQL("SELECT count(*) = 0 FROM {} WHERE dequeued_on IS NULL").format(sql.Identifier(table))
+    poll(lambda: value(url, query), what=f"{table}: events still open", timeout=timeout)
 
 
 def finish_time(url: str, table: str = "tickler_event") -> float:
     """Epoch seconds of the last finish (database clock)."""
     # tickler's finished events are in its history (migration 0021): read every event
     table = "tickler_event_all" if table == "tickler_event" else table
-    with psycopg.connect(url, application_name=HARNESS) as conn:
-        row = conn.execute(
-            sql.SQL("SELECT extract(epoch FROM max(dequeued_on))::float8 FROM {}").format(sql.Identifier(table))
-        ).fetchone()
-    assert row is not None and row[0] is not None
-    return float(row[0])
+    query = sql.SQL("SELECT extract(epoch FROM max(dequeued_on))::float8 FROM {}").format(sql.Identifier(table))
+    return float(value(url, query))
 
 
 def clock_offset(url: str) -> float:
-    """database clock minus this process's time.time(), from the round trip's midpoint."""
+    """database clock minus this process's time.time(), from the quickest round trip's midpoint."""
+    samples = []
     with psycopg.connect(url) as conn:
-        best: tuple[float, float] | None = None
         for _ in range(5):
             before = time.time()
             row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
             after = time.time()
             assert row is not None
-            sample = (after - before, float(row[0]) - (before + after) / 2)
-            if best is None or sample[0] < best[0]:
-                best = sample
-    assert best is not None
-    return best[1]
+            samples.append((after - before, float(row[0]) - (before + after) / 2))
+    return min(samples)[1]

@@ -9,21 +9,13 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from bench.harness import ROOT
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from bench.harness import ROOT, free_port, poll
 
 
 @contextmanager
@@ -33,30 +25,18 @@ def gunicorn(url: str, *, workers: int = 2, threads: int = 0) -> Iterator[tuple[
     port = free_port()
     command = [str(ROOT / ".venv" / "bin" / "gunicorn"), "-w", str(workers), "-b", f"127.0.0.1:{port}"]
     command += ["-k", "gthread", "--threads", str(threads)] if threads else []
-    environ = {
-        **os.environ,
-        "TICKLER_DATABASE_URL": url,
-        "TICKLER_MIGRATE_ON_START": "false",
-        "TICKLER_LOG_LEVEL": "WARNING",
-    }
+    environ = {"TICKLER_DATABASE_URL": url, "TICKLER_MIGRATE_ON_START": "false", "TICKLER_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
         [*command, "tickler.wsgi:app"],
         cwd=ROOT,
-        env=environ,
+        env={**os.environ, **environ},
         stdout=subprocess.DEVNULL,
         stderr=sys.stderr if os.environ.get("BENCH_VERBOSE") else subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if Client(port, "").request("GET", "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("gunicorn did not start")
-            time.sleep(0.1)
+        poll(lambda: proc.poll() is not None or ready(port), what="gunicorn not answering", timeout=60)
+        if proc.returncode is not None:
+            raise RuntimeError("gunicorn did not start")
         yield port, proc.pid
     finally:
         proc.terminate()
@@ -89,3 +69,11 @@ class Client:
 
     def post(self, path: str, body: Any) -> tuple[int, Any]:
         return self.request("POST", path, body)
+
+
+def ready(port: int) -> bool:
+    """Whether tickler's API on the port answers /readyz with 200."""
+    try:
+        return Client(port, "").request("GET", "/readyz")[0] == 200
+    except OSError:
+        return False

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import tempfile
 import time
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench import baseline
-from bench.harness import QUEUE, Context, Row, clock_offset, make_queue, median, percentile, say, store_for
+from bench.harness import QUEUE, Context, Row, clock_offset, median, percentile, say, store_for
 from bench.harness import wait_until_drained as drained
-from bench.procs import SPAWN, WorkerSpec, read_seen, tickler_workers
+from bench.procs import WorkerSpec, read_seen, running, tickler_workers
 from tickler.scheduler.models import NewEvent
 
 LEAD = 0.25  # seconds ahead each event is scheduled
@@ -36,18 +37,6 @@ def produce(rate: float, seconds: float, insert: Callable[[list[str]], None], pr
     return sent / (time.monotonic() - started)
 
 
-def tickler_inserter(url: str) -> tuple[Callable[[list[str]], None], Callable[[], None]]:
-    store = store_for(url, pool_size=1)
-    queue = store.queues.get(QUEUE)
-
-    def insert(keys: list[str]) -> None:
-        store.events.schedule_batch(
-            queue, [NewEvent(item_key=k, data={}, delay_seconds=LEAD) for k in keys], actor="bench"
-        )
-
-    return insert, store.engine.dispose
-
-
 def tickler_lateness(
     url: str,
     rate: float,
@@ -61,26 +50,28 @@ def tickler_lateness(
     return [(schedule_on epoch, lateness seconds)] and the achieved rate. `on_workers` gets the
     worker's pid once it is ready (a CPU meter counting it)."""
     offset = clock_offset(url)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, store_for(url) as store:
         out = Path(tmp) / "seen.bin"
         spec = WorkerSpec(url, QUEUE, 100, mode="record", out_path=str(out), **(room or {}))  # type: ignore[arg-type]
-        insert, close = tickler_inserter(url)
-        try:
-            with tickler_workers([spec]) as procs:
-                if on_workers:
-                    on_workers([p.pid for p in procs if p.pid])
-                achieved = produce(rate, seconds, insert, prefix)
-                drained(url)
-        finally:
-            close()
+        queue = store.queues.get(QUEUE)
+
+        def insert(keys: list[str]) -> None:
+            events = [NewEvent(item_key=k, data={}, delay_seconds=LEAD) for k in keys]
+            store.events.schedule_batch(queue, events, actor="bench")
+
+        with tickler_workers([spec]) as procs:
+            if on_workers:
+                on_workers([p.pid for p in procs if p.pid])
+            achieved = produce(rate, seconds, insert, prefix)
+            drained(url)
         seen = read_seen(str(out))
     return [(due, wall + offset - due) for wall, due in seen], achieved
 
 
-def _baseline_worker(url: str, go: Any, stop: Any, out: Any) -> None:
-    seen: list[float] = []
+def _baseline_worker(url: str, out_path: str, ready: Any, stop: Any) -> None:
+    seen = array("d")  # the lateness of each delivery, s
     with baseline.connect(url) as conn:
-        go.set()
+        ready.set()
         while not stop.is_set():
             rows = baseline.claim(conn, QUEUE, "late", 100)
             if rows:
@@ -90,25 +81,21 @@ def _baseline_worker(url: str, go: Any, stop: Any, out: Any) -> None:
                 continue
             wait = baseline.next_due_in(conn, QUEUE)
             time.sleep(min(0.05, max(0.0005, wait)) if wait is not None else 0.05)
-    out.put(seen)
+    Path(out_path).write_bytes(seen.tobytes())
 
 
 def baseline_lateness(
     url: str, rate: float, seconds: float, prefix: str, *, on_workers: Callable[[list[int]], None] | None = None
 ) -> list[float]:
-    go, stop, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
-    proc = SPAWN.Process(target=_baseline_worker, args=(url, go, stop, out))
-    proc.start()
-    go.wait(30)
-    if on_workers and proc.pid:
-        on_workers([proc.pid])
-    with baseline.connect(url, autocommit=False) as conn:
-        produce(rate, seconds, lambda keys: baseline.insert_copy(conn, QUEUE, keys, delay=LEAD), prefix)
-    drained(url, table="bench_job")
-    stop.set()
-    seen: list[float] = out.get(timeout=60)
-    proc.join(10)
-    return seen
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "seen.bin"
+        with running(_baseline_worker, [(url, str(out))], what="baseline worker", settle=0) as procs:
+            if on_workers:
+                on_workers([p.pid for p in procs if p.pid])
+            with baseline.connect(url, autocommit=False) as conn:
+                produce(rate, seconds, lambda keys: baseline.insert_copy(conn, QUEUE, keys, delay=LEAD), prefix)
+            drained(url, table="bench_job")
+        return array("d", out.read_bytes()).tolist()
 
 
 def _at_most(limit: float) -> Callable[[float, float | None], bool]:
@@ -126,14 +113,12 @@ def run(ctx: Context) -> list[Row]:
     rate, seconds = ctx.size(200, 2_000), ctx.size(2, 60)
     warmup = 1.0 if ctx.quick else 5.0
     rows = []
-    bp50s: list[float] = []
+    bp50s: list[float] = []  # the baseline's, measured beside the first configuration
     bp99s: list[float] = []
     for label, room in CONFIGS[: 1 if ctx.quick else 2]:
         p50s, p99s, rates = [], [], []
         for r in range(ctx.repeats):
-            with ctx.database() as url:
-                make_queue(url)
-                baseline.install(url)
+            with ctx.shared_database() as url:
                 seen, achieved = tickler_lateness(url, rate, seconds, f"r{r}-", room=room)
                 first = min(due for due, _ in seen)
                 late = [lag * 1000 for due, lag in seen if due - first >= warmup]

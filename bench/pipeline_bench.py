@@ -17,7 +17,6 @@ import os
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
@@ -25,13 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from sqlalchemy.engine import make_url
 
 from bench import report
-from bench.harness import Row
-from tickler.scheduler.db import libpq_url
-from tickler.scheduler.migrate import migrate
+from bench.harness import DEFAULT_URL, Row, database, say
 
 DAYS = 30
 
@@ -77,8 +72,13 @@ WHERE x.wanted AND e.id BETWEEN %(first)s AND %(last)s
 """
 
 
-def _log(message: str) -> None:
-    print(f"{datetime.now():%H:%M:%S} {message}", flush=True)
+# The baseline: a plain table with no index, constraint or trigger. The import's yardstick: a copy
+# of tickler_event with all its indexes and constraints (no triggers, so no counters and no timeline).
+BARE = "CREATE TABLE bench_copy (queue text, item_key text, group_key text, schedule_on timestamptz, data jsonb)"
+INDEXED = (
+    "CREATE TABLE bench_copy (LIKE tickler_event INCLUDING ALL);"
+    " ALTER TABLE bench_copy ALTER enqueued_by SET DEFAULT 'bench', ALTER max_attempts SET DEFAULT 5"
+)
 
 
 @contextmanager
@@ -87,19 +87,6 @@ def _timer() -> Iterator[list[float]]:
     start = time.perf_counter()
     yield box
     box.append(time.perf_counter() - start)
-
-
-@contextmanager
-def _database(admin_url: str) -> Iterator[str]:
-    name = f"tickler_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = make_url(libpq_url(admin_url)).set(database=name).render_as_string(hide_password=False)
-    try:
-        yield url
-    finally:
-        with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def generate_history(url: str, events: int) -> dict[str, float]:
@@ -114,7 +101,7 @@ def generate_history(url: str, events: int) -> dict[str, float]:
             params = {"first": first, "last": last, "start": start, "span": DAYS * 86400, "n": events}
             conn.execute(_EVENTS, params)
             conn.execute(_TIMELINE, params)
-            _log(f"  history: {last:,} events")
+            say(f"  history: {last:,} events")
         conn.execute("VACUUM ANALYZE tickler_event")
         conn.execute("VACUUM ANALYZE tickler_timeline")
         entries = conn.execute("SELECT count(*) FROM tickler_timeline").fetchone()
@@ -132,43 +119,18 @@ def write_campaign(path: Path, rows: int) -> None:
             writer.writerow(["imports", f"campaign:{n}", None, at, f'{{"n":{n},"email":"user{n}@example.com"}}'])
 
 
-def plain_copy(url: str, path: Path) -> float:
-    """The baseline: COPY the same file into a plain table with no index, constraint or trigger."""
+def timed_copy(url: str, path: Path, create: str, columns: str = "") -> float:
+    """Seconds to COPY the file into the table bench_copy that `create` makes (dropped afterwards)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE bench_plain_copy (queue text, item_key text, group_key text, schedule_on timestamptz,"
-            " data jsonb)"
-        )
+        conn.execute(create)
         with (
             path.open("rb") as f,
             _timer() as took,
-            conn.cursor().copy("COPY bench_plain_copy FROM STDIN (FORMAT csv, HEADER)") as copy,
+            conn.cursor().copy(f"COPY bench_copy {columns} FROM STDIN (FORMAT csv, HEADER)") as copy,
         ):
             while block := f.read(1 << 20):
                 copy.write(block)
-        conn.execute("DROP TABLE bench_plain_copy")
-    return took[0]
-
-
-def indexed_copy(url: str, path: Path) -> float:
-    """The import's yardstick: COPY the same file into a copy of tickler_event with all its indexes
-    and constraints (no triggers, so no counters and no timeline)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE bench_indexed_copy (LIKE tickler_event INCLUDING ALL)")
-        conn.execute(
-            "ALTER TABLE bench_indexed_copy ALTER enqueued_by SET DEFAULT 'bench', ALTER max_attempts SET DEFAULT 5"
-        )
-        with (
-            path.open("rb") as f,
-            _timer() as took,
-            conn.cursor().copy(
-                "COPY bench_indexed_copy (queue, item_key, group_key, schedule_on, data)"
-                " FROM STDIN (FORMAT csv, HEADER)"
-            ) as copy,
-        ):
-            while block := f.read(1 << 20):
-                copy.write(block)
-        conn.execute("DROP TABLE bench_indexed_copy")
+        conn.execute("DROP TABLE bench_copy")
     return took[0]
 
 
@@ -206,13 +168,13 @@ def measure_import(spark: Any, url: str, work: Path, rows: int) -> dict[str, flo
 
     campaign = work / "campaign.csv"
     write_campaign(campaign, rows)
-    plain = plain_copy(url, campaign)
-    indexed = indexed_copy(url, campaign)
-    _log(f"COPY of {rows:,} rows: {plain:.1f} s into a bare table, {indexed:.1f} s into an indexed one")
+    plain = timed_copy(url, campaign, BARE)
+    indexed = timed_copy(url, campaign, INDEXED, "(queue, item_key, group_key, schedule_on, data)")
+    say(f"COPY of {rows:,} rows: {plain:.1f} s into a bare table, {indexed:.1f} s into an indexed one")
     load = os.getloadavg()[0]
     with _timer() as imported:
         loaded = run_import(spark, url, str(campaign), principal="bench", rejects_path=str(work / "rejects.csv"))
-    _log(f"import in {imported[0]:.1f} s: {loaded.counts}")
+    say(f"import in {imported[0]:.1f} s: {loaded.counts}")
     assert loaded.counts["created"] == rows, loaded.counts
     # The profile of the floor: the import's Spark side alone (read, number, spread by key, the row
     # checks, the lines to Python), nothing written; the rest of the import's time is the writes.
@@ -221,23 +183,19 @@ def measure_import(spark: Any, url: str, work: Path, rows: int) -> dict[str, flo
             spark, str(campaign), queues=frozenset({"imports"}), max_data_bytes=256 * 1024,
             partitions=2 * spark.sparkContext.defaultParallelism,
         )  # fmt: skip
-    _log(f"the Spark side alone in {checked[0]:.1f} s; {vouched:,} rows vouched for on the JVM")
+    say(f"the Spark side alone in {checked[0]:.1f} s; {vouched:,} rows vouched for on the JVM")
     writes = write_only(url, campaign)
-    _log(f"the write statements alone in {writes:.1f} s")
+    say(f"the write statements alone in {writes:.1f} s")
     return {"import": imported[0], "plain": plain, "indexed": indexed, "load": load, "checks": checked[0],
             "vouched": float(vouched), "writes": writes}  # fmt: skip
 
 
 def import_rows(figures: dict[str, float], rows: int) -> list[Row]:
     """The import and its two parts alone, each beside the COPY into the indexed copy of tickler_event."""
-    copy, bare = rows / figures["indexed"], rows / figures["plain"]
+    copy, bare = rows / figures["indexed"], f"COPY into a bare table: {rows / figures['plain']:,.0f} rows/s"
     jvm = f"{figures['vouched']:,.0f} rows vouched for on the JVM"
     parts = (
-        (
-            "import (CSV, every row checked, on_conflict reject)",
-            "import",
-            f"COPY into a bare table: {bare:,.0f} rows/s",
-        ),
+        ("import (CSV, every row checked, on_conflict reject)", "import", bare),
         ("the import's Spark side alone (read, number, spread by key, row checks; nothing written)", "checks", jvm),
         ("the import's write statements alone (import_write per 10,000 rows)", "writes", ""),
     )
@@ -265,28 +223,27 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str, str]:
     from tickler.pipeline.source import Source
     from tickler.pipeline.spark import create_session, jdbc_jar
 
-    with _database(args.admin_url) as url, tempfile.TemporaryDirectory(prefix="tickler-bench-") as scratch:
+    with database(args.admin_url) as url, tempfile.TemporaryDirectory(prefix="tickler-bench-") as scratch:
         work = Path(scratch)
-        migrate(url)
         with _timer() as started:
             spark = create_session("local[*]", jar=jdbc_jar(), driver_memory=args.driver_memory)
         spark_is = f"Spark {pyspark.__version__} local[*], driver memory {args.driver_memory}, {java_version()}"
         facts = report.machine(url, spark_is)
-        _log(f"spark up in {started[0]:.1f} s; generating {args.events:,} events")
+        say(f"spark up in {started[0]:.1f} s; generating {args.events:,} events")
         history = generate_history(url, args.events)
-        _log(f"history written in {history['seconds']:.0f} s")
+        say(f"history written in {history['seconds']:.0f} s")
 
         period = Period(date.today() - timedelta(days=DAYS + 1), date.today() + timedelta(days=1))
         with _timer() as reported, Source(spark, url) as source:
             result = run_report(spark, source, work / "report", period)
         delivered = sum(row["delivered"] for row in result.tables["summary"])
-        _log(f"report in {reported[0]:.0f} s ({delivered:,} deliveries)")
+        say(f"report in {reported[0]:.0f} s ({delivered:,} deliveries)")
 
         with _timer() as archived:
             [archive] = run_archive(
                 spark, url, location=str(work / "archive"), cutoff=datetime.now(UTC), limit=args.archive_events
             )
-        _log(f"archive of {archive.events:,} events in {archived[0]:.0f} s")
+        say(f"archive of {archive.events:,} events in {archived[0]:.0f} s")
 
         figures = measure_import(spark, url, work, args.import_rows)
         spark.stop()
@@ -305,7 +262,7 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--admin-url", default=DEFAULT_URL)
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--import-rows", type=int, default=1_000_000)
     parser.add_argument("--archive-events", type=int, default=1_000_000)
@@ -317,8 +274,9 @@ def main() -> None:
     print(report.table(rows))
     if not args.no_write:
         results = report.load()
+        seconds = time.monotonic() - began
         results["pipeline"] = report.record(
-            rows, seconds=time.monotonic() - began, machine=facts, server="", cluster="local", load=None, note=note
+            rows, seconds, machine=facts, server="", cluster="local", load=None, note=note
         )
         report.save(results)
         report.write(results)

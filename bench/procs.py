@@ -1,10 +1,13 @@
-"""Worker processes for the scenarios: tickler's Worker with a no-op handler, and the baseline loop.
+"""Worker processes for the scenarios (tickler's Worker with a no-op handler, and the baseline loop),
+and the drains they run: fill a queue, make it all due at one instant, and time how long the
+workers take to finish it.
 
 Processes are spawned (not forked), so none inherits the parent's connections or threads.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import time
 from array import array
@@ -12,9 +15,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
-from bench.cpu import CpuUse
+import psycopg
+
+from bench import baseline
+from bench.cpu import HARNESS, CpuMeter, CpuUse, SelfCpu
+from bench.harness import QUEUE, finish_time, store_for, wait_until_drained
+from tickler.scheduler.models import NewEvent
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -32,21 +41,17 @@ class WorkerSpec:
     name: str = "w"
 
 
-def _room(spec: WorkerSpec) -> dict[str, Any]:
-    """The concurrency settings the spec names; the dispatcher's defaults for the others."""
-    room: dict[str, Any] = {}
-    if spec.concurrency is not None:
-        room["concurrency"] = spec.concurrency
-    if spec.queue_concurrency is not None:
-        room["queue_concurrency"] = spec.queue_concurrency
-    return room
+def batch_workers(url: str, workers: int, batch: int, *, room: bool = True) -> list[WorkerSpec]:
+    """No-op workers claiming `batch` at a time, with room for a whole batch (the dispatcher claims
+    min(batch, free slots)), or the dispatcher's defaults when not `room`."""
+    wide = {"concurrency": max(96, batch), "queue_concurrency": max(64, batch)} if room else {}
+    return [WorkerSpec(url, QUEUE, batch, name=f"w{i}", **wide) for i in range(workers)]  # type: ignore[arg-type]
 
 
 def _tickler_worker(spec: WorkerSpec, ready: Any, stop: Any) -> None:
     from tickler.config import Settings
     from tickler.scheduler.delivery.handlers import Handlers
     from tickler.scheduler.logs import configure_logging
-    from tickler.scheduler.models import Event
     from tickler.scheduler.worker import Worker
 
     configure_logging("WARNING")
@@ -55,13 +60,11 @@ def _tickler_worker(spec: WorkerSpec, ready: Any, stop: Any) -> None:
     if spec.mode == "group":
         handlers.group_handler(spec.queue)(lambda events: None)
     elif spec.mode == "record":
-
-        def record(event: Event) -> None:
-            seen.extend((time.time(), event.schedule_on.timestamp()))
-
-        handlers.handler(spec.queue)(record)
+        handlers.handler(spec.queue)(lambda event: seen.extend((time.time(), event.schedule_on.timestamp())))
     elif spec.mode == "noop":
         handlers.handler(spec.queue)(lambda event: None)
+    # the concurrency settings the spec names; the dispatcher's defaults for the others
+    room = {"concurrency": spec.concurrency, "queue_concurrency": spec.queue_concurrency}
     worker = Worker(
         handlers,
         settings=Settings(database_url=spec.url, migrate_on_start=False, log_level="WARNING"),
@@ -69,22 +72,19 @@ def _tickler_worker(spec: WorkerSpec, ready: Any, stop: Any) -> None:
         name=spec.name,
         deliver_webhooks=spec.mode == "webhook",
         batch_size=spec.batch,
-        **_room(spec),
+        **{k: v for k, v in room.items() if v is not None},
     )
     worker.start()
     ready.set()
     stop.wait()
     worker.stop()
     if spec.out_path:
-        with open(spec.out_path, "wb") as out:
-            seen.tofile(out)
+        Path(spec.out_path).write_bytes(seen.tobytes())
 
 
 def read_seen(path: str) -> list[tuple[float, float]]:
     """What a `record` worker wrote: [(wall time, due time)] per delivered event."""
-    flat = array("d")
-    with open(path, "rb") as f:
-        flat.frombytes(f.read())
+    flat = array("d", Path(path).read_bytes())
     return list(zip(flat[0::2], flat[1::2], strict=True))
 
 
@@ -127,19 +127,11 @@ def running(
 
 
 def _baseline_worker(url: str, queue: str, batch: int, group: bool, go: Any, done: Any) -> None:
-    from bench import baseline
-    from bench.cpu import SelfCpu
-
     with baseline.connect(url) as conn:
         go.wait()
         cpu = SelfCpu(conn.info.backend_pid)
-        while True:
-            if group:
-                rows = baseline.claim_groups(conn, queue, "base", batch)
-            else:
-                rows = baseline.claim(conn, queue, "base", batch)
-            if not rows:
-                break
+        claim = baseline.claim_groups if group else baseline.claim
+        while rows := claim(conn, queue, "base", batch):
             # the handler would run here (a no-op)
             baseline.complete(conn, [int(row[0]) for row in rows])  # type: ignore[call-overload]
         done.put((time.time(), cpu.spent()))
@@ -160,25 +152,20 @@ class Go:
         self.arrived = SPAWN.Semaphore(0)
         self.event = SPAWN.Event()
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self) -> None:
         self.arrived.release()
-        return self.event.wait(timeout)
+        self.event.wait()
 
 
-def race(
-    target: Callable[..., None], args: Sequence[tuple[Any, ...]], *, on_start: Callable[[list[int]], None] | None = None
-) -> tuple[float, list[Any]]:
+def race(target: Callable[..., None], args: Sequence[tuple[Any, ...]]) -> tuple[float, list[Any]]:
     """Start one spawned process per args tuple, release them all at once, and return the release
     time and what each put on its queue. `target` takes (*args, go, out): it waits for `go`, does
-    its work, then puts one result on `out` (by convention starting with its finish time).
-    `on_start` gets the processes' pids once they run (a CPU meter counting them)."""
+    its work, then puts one result on `out` (by convention starting with its finish time)."""
     go = Go()
     out: multiprocessing.Queue[Any] = SPAWN.Queue()
     procs = [SPAWN.Process(target=target, args=(*a, go, out)) for a in args]
     for proc in procs:
         proc.start()
-    if on_start:
-        on_start([p.pid for p in procs if p.pid is not None])
     for _ in procs:  # every one started, connected and waiting on `go`
         if not go.arrived.acquire(timeout=300):
             raise RuntimeError("a load process did not reach the start line")
@@ -189,3 +176,91 @@ def race(
     for proc in procs:
         proc.join(10)
     return started, results
+
+
+# -- the drains ---------------------------------------------------------------------------------------
+
+_counter = [0]
+# The payload of the peers' shape: a number and 64 characters (bench/peers.py).
+PAD = "x" * 64
+
+
+def padded(n: int) -> dict[str, object]:
+    return {"i": n, "pad": PAD}
+
+
+def _keys(n: int) -> list[str]:
+    start = _counter[0]
+    _counter[0] += n
+    return [f"k{start + i}" for i in range(n)]
+
+
+def fill_tickler(url: str, n: int, *, groups: int = 0, delay_seconds: float = 3600.0, pad: bool = False) -> None:
+    """Schedule `n` events (an hour ahead by default) through the store, 10,000 per statement;
+    pad: the data is padded(i) instead of {"n": key}."""
+    events = [
+        NewEvent(
+            item_key=key,
+            data=padded(i) if pad else {"n": key},
+            delay_seconds=delay_seconds,
+            group_key=f"g{i % groups}" if groups else None,
+        )
+        for i, key in enumerate(_keys(n))
+    ]
+    with store_for(url) as store:
+        queue = store.queues.get(QUEUE)
+        for start in range(0, n, 10_000):
+            store.events.schedule_batch(queue, events[start : start + 10_000], actor="bench")
+
+
+def make_due_soon(
+    url: str, *, lead: float = 0.3, table: str = "tickler_event", column: str = "schedule_on", where: str = ""
+) -> float:
+    """Move every open row of `table` (`where`, if not every row without dequeued_on) to `lead`
+    seconds from now, one instant, and wake the workers as a writer would (pgqueuer's own change
+    trigger wakes its workers on the UPDATE); return that instant (database clock, epoch seconds)."""
+    with psycopg.connect(url, application_name=HARNESS) as conn:
+        row = conn.execute("SELECT extract(epoch FROM now() + make_interval(secs => %s))::float8", (lead,)).fetchone()
+        assert row is not None
+        due = float(row[0])
+        conn.execute(f"UPDATE {table} SET {column} = to_timestamp(%s) WHERE {where or 'dequeued_on IS NULL'}", (due,))
+        if table == "tickler_event":
+            conn.execute("SELECT pg_notify('tickler_wake', %s)", (QUEUE,))
+    return due
+
+
+def tickler_rate(url: str, n: int, *, groups: int = 0) -> float:
+    """Events/s for running workers to claim, deliver and finish `n` events that fall due together."""
+    return tickler_drain(url, n, [], groups=groups)[0]
+
+
+def tickler_drain(
+    url: str, n: int, pids: Sequence[int], *, groups: int = 0, pad: bool = False
+) -> tuple[float, list[float]]:
+    """tickler_rate, and the CPU µs per event [app, db] the worker processes `pids` and the database
+    spent draining."""
+    fill_tickler(url, n, groups=groups, pad=pad)
+    with CpuMeter(url, pids) as meter:
+        due = make_due_soon(url)
+        wait_until_drained(url)
+    return n / (finish_time(url) - due), meter.use.per_event_us(n)
+
+
+def baseline_drain_rate(
+    url: str, n: int, *, workers: int, batch: int, groups: int = 0, pad: bool = False
+) -> tuple[float, list[float]]:
+    """Events/s for `workers` baseline processes to claim (whole groups when there are `groups`) and
+    complete `n` due jobs, and the CPU µs per event [app, db] they and their backends spent."""
+    baseline_fill(url, n, groups=groups, pad=pad)
+    seconds, cpu = baseline_drain(url, QUEUE, workers=workers, batch=batch, group=bool(groups))
+    return n / seconds, cpu.per_event_us(n)
+
+
+def baseline_fill(url: str, n: int, *, groups: int = 0, delay: float = 0.0, pad: bool = False) -> None:
+    keys = _keys(n)
+    with baseline.connect(url, autocommit=False) as conn:
+        for start in range(0, n, 10_000):
+            chunk = keys[start : start + 10_000]
+            group_keys = [f"g{(start + i) % groups}" for i in range(len(chunk))] if groups else None
+            data = [json.dumps(padded(start + i)) for i in range(len(chunk))] if pad else None
+            baseline.insert_copy(conn, QUEUE, chunk, delay=delay, groups=group_keys, data=data)

@@ -7,10 +7,9 @@ import time
 from typing import Any
 
 from bench import baseline
-from bench.drain import baseline_fill, fill_tickler
-from bench.harness import QUEUE, Context, Row, admin_token, make_queue
+from bench.harness import QUEUE, Context, Row, admin_token
 from bench.http import Client, gunicorn
-from bench.procs import race
+from bench.procs import baseline_fill, fill_tickler, race
 
 CONSUMERS = 4
 LIMIT = 100
@@ -53,9 +52,7 @@ def _race(target: Any, args_of: Any, n: int) -> float:
 
 def run(ctx: Context) -> list[Row]:
     n = ctx.size(400, 4_000)
-    with ctx.database() as url:
-        make_queue(url)
-        baseline.install(url)
+    with ctx.shared_database() as url:
         token = admin_token(url)
         runs = []
         with gunicorn(url) as (port, _):

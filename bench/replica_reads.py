@@ -19,36 +19,16 @@ import argparse
 import os
 import threading
 import time
-from dataclasses import dataclass
 
 from sqlalchemy.engine import make_url
 
-from bench.drain import fill_tickler, make_due_soon
-from bench.harness import (
-    QUEUE,
-    create_database,
-    drop_database,
-    finish_time,
-    make_queue,
-    median,
-    wait_until_drained,
-    with_database,
-)
-from bench.procs import WorkerSpec, tickler_workers
+from bench.harness import QUEUE, database, finish_time, make_queue, median, poll, wait_until_drained, with_database
+from bench.procs import WorkerSpec, fill_tickler, make_due_soon, tickler_workers
 from tickler.config import Settings
 from tickler.scheduler.db import create_engine
 from tickler.scheduler.logs import configure_logging
-from tickler.scheduler.migrate import migrate
-from tickler.scheduler.replica import ReadEngines, read_engines
+from tickler.scheduler.replica import read_engines
 from tickler.scheduler.store import SearchFilter, Store
-
-
-@dataclass(frozen=True)
-class Result:
-    reads_on: str
-    claimed_per_second: float
-    reads_per_second: float
-    reads_on_replica: bool
 
 
 def _read_until(stop: threading.Event, store: Store, count: list[int], lock: threading.Lock, cpus: set[int]) -> None:
@@ -66,14 +46,11 @@ def _read_until(stop: threading.Event, store: Store, count: list[int], lock: thr
 
 def run_once(
     primary_admin: str, replica_admin: str | None, *, events: int, clients: int, readers_cpus: set[int] | None = None
-) -> Result:
-    url = create_database(primary_admin)
-    try:
-        migrate(url)
+) -> tuple[str, float, float]:
+    """Where the reads went, the claims/s of the drain and the reads/s meanwhile."""
+    with database(primary_admin) as url:
         make_queue(url)
-        read_url = ""
-        if replica_admin:
-            read_url = with_database(replica_admin, str(make_url(url).database))
+        read_url = with_database(replica_admin, str(make_url(url).database)) if replica_admin else ""
         settings = Settings(database_url=url, read_database_url=read_url, pool_size=max(1, clients))
         engine = create_engine(url, pool_size=max(1, clients))
         reads = read_engines(engine, settings)
@@ -82,14 +59,10 @@ def run_once(
             with tickler_workers([WorkerSpec(url, QUEUE, 100, concurrency=128, queue_concurrency=100)]):
                 fill_tickler(url, events)
                 if replica_admin:  # the replica has the events before the clock starts
-                    _wait_for_replica(reads)
+                    poll(lambda: reads.engine() is reads.replica, what="replica lag", timeout=60, interval=0.2)
                 stop, lock, count = threading.Event(), threading.Lock(), [0]
-                readers = [
-                    threading.Thread(
-                        target=_read_until, args=(stop, store, count, lock, readers_cpus or set()), daemon=True
-                    )
-                    for _ in range(clients)
-                ]
+                args = (stop, store, count, lock, readers_cpus or set())
+                readers = [threading.Thread(target=_read_until, args=args, daemon=True) for _ in range(clients)]
                 for reader in readers:
                     reader.start()
                 started = time.monotonic()
@@ -103,18 +76,8 @@ def run_once(
             claimed = events / (finish_time(url) - due)
         finally:
             store.dispose()
-        where = ("replica" if replica_admin else "primary") if clients else "no readers"
-        return Result(where, claimed, count[0] / elapsed, on_replica)
-    finally:
-        drop_database(primary_admin, url)
-
-
-def _wait_for_replica(reads: ReadEngines) -> None:
-    deadline = time.monotonic() + 60
-    while reads.engine() is not reads.replica:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the replica never came within the lag allowed")
-        time.sleep(0.2)
+    where = ("replica" if replica_admin else "primary") if clients else "no readers"
+    return where + (" (fell back)" if where == "replica" and not on_replica else ""), claimed, count[0] / elapsed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,12 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats)
         for replica, clients in ((None, 0), (None, args.clients), (args.replica, args.clients))
     ]
-    alone = median([r.claimed_per_second for r in results if r.reads_on == "no readers"])
+    alone = median([claimed for where, claimed, _ in results if where == "no readers"])
     print(f"{'reads on':<12} {'claimed/s':>10} {'x alone':>8} {'reads/s':>9}  (a read: a page of 50 and a timeline)")
-    for result in results:
-        where = result.reads_on + ("" if result.reads_on != "replica" or result.reads_on_replica else " (fell back)")
-        ratio = result.claimed_per_second / alone
-        print(f"{where:<12} {result.claimed_per_second:>10,.0f} {ratio:>8.2f} {result.reads_per_second:>9,.0f}")
+    for where, claimed, reads in results:
+        print(f"{where:<12} {claimed:>10,.0f} {claimed / alone:>8.2f} {reads:>9,.0f}")
     return 0
 
 

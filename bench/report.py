@@ -9,6 +9,7 @@ import os
 import platform
 import subprocess
 import time
+from dataclasses import asdict
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ def save(results: dict[str, Any]) -> None:
 
 
 def record(
-    rows: list[Row], *, seconds: float, machine: str, server: str, cluster: str, load: Any, note: Any
+    rows: list[Row], seconds: float, *, machine: str, server: str, cluster: str, load: Any, note: Any
 ) -> dict[str, Any]:
     """A scenario's entry in the results: its rows and what it ran on (runs may be days and commits apart)."""
     return {
@@ -136,7 +137,7 @@ def record(
         "machine": machine,
         "load": load,
         "note": note,
-        "rows": [row.as_dict() for row in rows],
+        "rows": [asdict(row) for row in rows],
     }
 
 
@@ -163,35 +164,26 @@ def git_head() -> str:
     return run.stdout.strip()
 
 
-def _read(path: str) -> list[str]:
-    return Path(path).read_text().splitlines() if Path(path).exists() else []
-
-
 def machine(admin_url: str, *extra: str) -> str:
     """The box, the server's version and the versions of what ran, in one line."""
-    mem_kib = cpu = None
-    for line in _read("/proc/meminfo") + _read("/proc/cpuinfo"):
-        key, _, value = line.partition(":")
-        if key.strip() == "MemTotal" and mem_kib is None:
-            mem_kib = int(value.split()[0])
-        if key.strip() == "model name" and cpu is None:
-            cpu = value.strip()
+    found: dict[str, str] = {}  # the first value of each key of /proc/meminfo and /proc/cpuinfo
+    for path in ("/proc/meminfo", "/proc/cpuinfo"):
+        with contextlib.suppress(OSError):
+            for line in Path(path).read_text().splitlines():
+                key, _, value = line.partition(":")
+                found.setdefault(key.strip(), value.strip())
+    mem_gib = int(found.get("MemTotal", "0").split()[0]) / 1024**2
     with psycopg.connect(admin_url) as conn:
         pg = conn.execute("SHOW server_version").fetchone()
     packages = [f"Python {platform.python_version()}"]
     for package in PACKAGES:
         with contextlib.suppress(PackageNotFoundError):
             packages.append(f"{package} {version(package)}")
-    return "; ".join(
-        [
-            f"{os.cpu_count()} cores ({cpu or platform.machine()}), {(mem_kib or 0) / 1024**2:.1f} GiB memory, "
-            f"{platform.system()} "
-            f"{platform.release().split('-')[0]}",
-            f"PostgreSQL {pg[0] if pg else '?'}",
-            *extra,
-            ", ".join(packages),
-        ]
+    system = f"{platform.system()} {platform.release().split('-')[0]}"
+    box = (
+        f"{os.cpu_count()} cores ({found.get('model name') or platform.machine()}), {mem_gib:.1f} GiB memory, {system}"
     )
+    return "; ".join([box, f"PostgreSQL {pg[0] if pg else '?'}", *extra, ", ".join(packages)])
 
 
 # -- the page ----------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import time
 
 from bench import baseline
 from bench.cpu import CpuMeter
-from bench.harness import QUEUE, Context, Row, admin_token, make_queue, median_cpu
+from bench.harness import QUEUE, Context, Row, admin_token, at_least, median_cpu
 from bench.http import Client, gunicorn
 
 TARGET = 0.5
@@ -64,9 +64,7 @@ def run(ctx: Context) -> list[Row]:
     rows = []
     for what, batch, batches, groups, on_conflict in CASES:
         batch, batches = ctx.size(100, batch), ctx.size(2, batches)
-        with ctx.database() as url:
-            make_queue(url)
-            baseline.install(url)
+        with ctx.shared_database() as url:
             token = admin_token(url)
             base_runs = [
                 baseline_rate(url, _keys(f"b{r}", batch, batches, groups), on_conflict) for r in range(ctx.repeats)
@@ -83,6 +81,6 @@ def run(ctx: Context) -> list[Row]:
                         runs.append(http_rate(client, keys, on_conflict))
                     cpus.append(meter.use.per_event_us(batch * batches))
         name = f"schedule via HTTP batch of {batch:,}{f' {what}' if what else ''}, 1 client"
-        target = "≥ 50% of COPY→INSERT ON CONFLICT"
-        rows.append(Row.throughput(name, runs, base_runs, target, TARGET, cpu={"tickler": median_cpu(cpus)}))
+        met, cpu = at_least(TARGET), {"tickler": median_cpu(cpus)}
+        rows.append(Row.measured(name, runs, base_runs, target="≥ 50% of COPY→INSERT ON CONFLICT", met=met, cpu=cpu))
     return rows

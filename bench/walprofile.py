@@ -19,48 +19,31 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any
 
 import psycopg
 
 from bench import baseline
-from bench.cluster import PrivateCluster
-from bench.drain import baseline_fill, fill_tickler, make_due_soon
-from bench.harness import QUEUE, Context, make_queue, resolve_server, say, wait_until_drained
-from bench.procs import WorkerSpec, baseline_drain, tickler_workers
-
-
-def _value(url: str, query: str, params: tuple[Any, ...] = ()) -> Any:
-    """The one value a query returns (on a fresh connection: no stale statistics snapshot)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
+from bench.cluster import server
+from bench.harness import QUEUE, database, execute, make_queue, say, value, wait_until_drained
+from bench.procs import baseline_drain, baseline_fill, batch_workers, fill_tickler, make_due_soon, tickler_workers
 
 
 def _lsn(url: str) -> str:
-    return str(_value(url, "SELECT pg_current_wal_insert_lsn()::text"))
+    return str(value(url, "SELECT pg_current_wal_insert_lsn()::text"))
 
 
 def _commits(url: str) -> int:
     """Transactions committed in this database so far (every session's, read-only ones too)."""
-    return int(_value(url, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
-
-
-def _checkpoint(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CHECKPOINT")
+    return int(value(url, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
 
 
 def _total_bytes(url: str, start: str, end: str) -> int:
-    return int(_value(url, "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint", (end, start)))
+    return int(value(url, "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint", (end, start)))
 
 
 def _waldump(url: str, start: str, end: str) -> str:
-    with psycopg.connect(url, autocommit=True) as conn:
-        data_dir = str(conn.execute("SHOW data_directory").fetchone()[0])  # type: ignore[index]
-        version = int(str(conn.execute("SHOW server_version_num").fetchone()[0])) // 10000  # type: ignore[index]
-        conn.execute("SELECT pg_switch_wal()")  # the end record is in a finished segment
+    data_dir, version = value(url, "SHOW data_directory"), int(value(url, "SHOW server_version_num")) // 10000
+    value(url, "SELECT pg_switch_wal()")  # the end record is in a finished segment
     candidates = sorted(glob.glob(f"/usr/lib/postgresql/{version}/bin/pg_waldump")) or ["pg_waldump"]
     result = subprocess.run(
         [candidates[0], "--stats=record", "-p", os.path.join(data_dir, "pg_wal"), "-s", start, "-e", end],
@@ -72,8 +55,6 @@ def _waldump(url: str, start: str, end: str) -> str:
 
 
 _STATS_LINE = re.compile(r"^(\S+/\S+)\s+(\d+)\s+\(.*?\)\s+\d+\s+\(.*?\)\s+\d+\s+\(.*?\)\s+(\d+)\s+\(")
-
-
 _TOTAL_LINE = re.compile(r"^Total\s+\d+\s+(\d+)\s+\[.*?\]\s+(\d+)\s+\[")
 
 
@@ -127,79 +108,62 @@ def main(argv: list[str] | None = None) -> int:
         "--database-url is given; local: --database-url or the local PostgreSQL",
     )
     args = parser.parse_args(argv)
-    if (args.server or ("local" if args.database_url else "private")) == "private":
-        cluster = PrivateCluster()
-        try:
-            url = cluster.start()
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute("ALTER SYSTEM SET autovacuum = off")
-                conn.execute("SELECT pg_reload_conf()")
-            return _profile(args, url)
-        finally:
-            cluster.stop()
-    return _profile(args, resolve_server(args.database_url))
+    private = (args.server or ("local" if args.database_url else "private")) == "private"
+    with server(private, args.database_url) as admin_url:
+        if private:
+            execute(admin_url, "ALTER SYSTEM SET autovacuum = off", "SELECT pg_reload_conf()")
+        return _profile(args, admin_url)
 
 
 def _profile(args: argparse.Namespace, admin_url: str) -> int:
-    ctx = Context(admin_url=admin_url, quick=False, repeats=1)
     n = args.events
-    with ctx.database() as url:
+    with database(admin_url) as url:
         make_queue(url)
         baseline.install(url)
         # What a delivered event writes, not what a vacuum that happens to run meanwhile writes.
         # (History and timeline are partitioned by day, and each day by queue: the setting goes on each part.)
         with psycopg.connect(url, autocommit=True) as conn:
-            tables = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT relname FROM pg_class WHERE relkind = 'r' AND (relname IN"
-                    " ('tickler_event', 'tickler_timeline', 'tickler_queue', 'tickler_queue_count',"
-                    " 'tickler_history_count', 'bench_job')"
-                    " OR relname IN (SELECT name FROM tickler_history_partition)"  # a day's parts hold its rows
-                    " OR relname IN ('tickler_event_history_default', 'tickler_timeline_default'))"
-                )
-            ]
-            for table in tables:
+            tables = conn.execute(
+                "SELECT relname FROM pg_class WHERE relkind = 'r' AND (relname IN"
+                " ('tickler_event', 'tickler_timeline', 'tickler_queue', 'tickler_queue_count',"
+                " 'tickler_history_count', 'bench_job')"
+                " OR relname IN (SELECT name FROM tickler_history_partition)"  # a day's parts hold its rows
+                " OR relname IN ('tickler_event_history_default', 'tickler_timeline_default'))"
+            ).fetchall()
+            for (table,) in tables:
                 conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
-        room = {"concurrency": max(96, args.batch), "queue_concurrency": max(64, args.batch)}
-        specs = [WorkerSpec(url, QUEUE, args.batch, name=f"w{i}", **room) for i in range(args.workers)]  # type: ignore[arg-type]
-        with tickler_workers(specs):
+        with tickler_workers(batch_workers(url, args.workers, args.batch)):
             fill_tickler(url, n)
             make_due_soon(url, lead=3.0)  # the drain starts after the checkpoint below
-            _checkpoint(url)
+            execute(url, "CHECKPOINT")
             start, commits = _lsn(url), _commits(url)
             wait_until_drained(url)
             end = _lsn(url)
         # read once the workers have exited: a backend reports its counters on exit (idle ones later)
         tickler_commits = _commits(url) - commits
-        tickler = (start, end, _total_bytes(url, start, end))
-        tickler_dump = _waldump(url, start, end)
+        tickler, tickler_dump = _total_bytes(url, start, end), _waldump(url, start, end)
 
         baseline_fill(url, n)
         make_due_soon(url, lead=0.0, table="bench_job")
-        _checkpoint(url)
+        execute(url, "CHECKPOINT")
         start, commits = _lsn(url), _commits(url)
         baseline_drain(url, QUEUE, workers=args.workers, batch=args.batch)
         end, base_commits = _lsn(url), _commits(url) - commits
-        base = (start, end, _total_bytes(url, start, end))
-        base_dump = _waldump(url, start, end)
+        base, base_dump = _total_bytes(url, start, end), _waldump(url, start, end)
 
     print(f"# WAL per delivered event, {n:,} events due at once, batch {args.batch}, {args.workers} worker(s)\n")
-    print(f"tickler:  {tickler[2] / n:,.0f} bytes/event, {tickler_commits / n:.3f} commits/event")
-    print(f"baseline: {base[2] / n:,.0f} bytes/event, {base_commits / n:.3f} commits/event")
-    print(f"ratio:    {tickler[2] / base[2]:.2f}")
+    print(f"tickler:  {tickler / n:,.0f} bytes/event, {tickler_commits / n:.3f} commits/event")
+    print(f"baseline: {base / n:,.0f} bytes/event, {base_commits / n:.3f} commits/event")
+    print(f"ratio:    {tickler / base:.2f}")
     (ours, ours_fpi), (theirs, theirs_fpi) = record_bytes(tickler_dump), record_bytes(base_dump)
     if ours and theirs:
         print(
             f"without full-page images: tickler {ours / n:,.0f}, baseline {theirs / n:,.0f} bytes/event,"
             f" ratio {ours / theirs:.2f} (images: {ours_fpi / n:,.0f} and {theirs_fpi / n:,.0f} bytes/event)"
         )
-    print()
-    print(per_event_table(tickler_dump, base_dump, n), "\n")
-    print("## tickler, pg_waldump --stats=record\n")
-    print(tickler_dump)
-    print("## baseline, pg_waldump --stats=record\n")
-    print(base_dump)
+    print(f"\n{per_event_table(tickler_dump, base_dump, n)}\n")
+    for side, dump in (("tickler", tickler_dump), ("baseline", base_dump)):
+        print(f"## {side}, pg_waldump --stats=record\n\n{dump}")
     say("done")
     return 0
 
