@@ -34,7 +34,7 @@ SPREAD_MINUTES = 30 * 24 * 60
 _LOAD = """
 INSERT INTO tickler_event (queue, item_key, schedule_on, enqueued_by, max_attempts)
 SELECT %(queue)s, 'k' || n, now() + make_interval(secs => (n::bigint * 7919 %% %(spread)s) * 60 + n %% 60), 'bench', 10
-FROM generate_series(%(first)s, %(last)s) AS n
+FROM generate_series(%(first)s::integer, %(last)s::integer) AS n
 """
 
 
