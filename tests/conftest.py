@@ -46,14 +46,35 @@ if "PYTEST_DEBUG_TEMPROOT" not in os.environ:
 HEAVY = {"spark": "spark", "browser": "browser"}
 
 
+# The longest runs of the suite, started first: under xdist a worker takes the next file when it
+# is free, so a long file collected late (alphabetically) would run alone at the end. The Spark
+# files are one unit (below) and the longest of all.
+LONG_FIRST = (
+    "test_pipeline_",
+    "test_openapi_fuzz.py",
+    "test_webhook_memory.py",
+    "test_readme.py",
+    "test_erasure_races.py",
+    "test_plans_history.py",
+    "test_webhook_engine.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the Spark and browser tests (by the fixture they use, or their file) for `-m`."""
+    """Mark the Spark and browser tests (by the fixture they use, or their file) for `-m`, and
+    put the longest files first (a stable sort: each file's tests keep their order)."""
     for item in items:
         heavy = _heavy_group(item.path.name)
         fixtures = getattr(item, "fixturenames", ())
         heavy = heavy or next((marker for fixture, marker in HEAVY.items() if fixture in fixtures), None)
         if heavy:
             item.add_marker(getattr(pytest.mark, heavy))
+    items.sort(key=_start_rank)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    name = item.path.name
+    return next((rank for rank, start in enumerate(LONG_FIRST) if name.startswith(start)), len(LONG_FIRST))
 
 
 def _heavy_group(file_name: str) -> str | None:
