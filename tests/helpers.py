@@ -1,4 +1,4 @@
-"""Shared helpers of the tests: row counts, scheduling shortcuts, putting events in flight, the
+"""Shared helpers of the tests: row counts, scheduling helpers, putting events in flight, the
 nodes of a query plan, the end of a process that a failed test would leave running."""
 
 from __future__ import annotations
