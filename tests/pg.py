@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import tempfile
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -16,14 +18,26 @@ from psycopg import sql
 from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.migrate import migrate
 
+# As root, pgserver runs PostgreSQL as the system user `pgserver`, which it creates with useradd
+# when missing. On a fresh machine the test workers start their servers at once: two useradd runs
+# then race, the user ends with another uid than the one a data directory was given to, and
+# initdb fails ("could not change permissions of directory"). One start at a time, machine-wide.
+_START_LOCK = Path(tempfile.gettempdir()) / "tickler-test-pgserver.lock"
 
-def start_embedded_server(directory: Path) -> str:
-    """Start a throwaway embedded PostgreSQL tuned for tests; return its admin URL."""
-    with warnings.catch_warnings():
+
+def embedded_server(directory: Path) -> Any:
+    """pgserver.get_server(directory), deleted on cleanup, one start at a time on this machine."""
+    with warnings.catch_warnings(), _START_LOCK.open("a") as lock:
         warnings.simplefilter("ignore")
         import pgserver
 
-        server = pgserver.get_server(directory, cleanup_mode="delete")
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return pgserver.get_server(directory, cleanup_mode="delete")
+
+
+def start_embedded_server(directory: Path) -> str:
+    """Start a throwaway embedded PostgreSQL tuned for tests; return its admin URL."""
+    server = embedded_server(directory)
     url = str(server.get_uri())
     with psycopg.connect(url, autocommit=True) as conn:
         # Durability is not what these tests check; speed is welcome (this server is thrown away).

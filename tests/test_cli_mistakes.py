@@ -91,14 +91,8 @@ def password_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A private embedded PostgreSQL that asks every role but `postgres` for a password (SCRAM),
     with a role `ana` whose password is `right`; the socket URL of its `postgres` database.
     (The tests' own servers trust every connection, so a wrong password is never refused there.)"""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver
-
-        data = tmp_path_factory.mktemp("password-server") / "pgdata"
-        server = pgserver.get_server(data, cleanup_mode="delete")
+    data = tmp_path_factory.mktemp("password-server") / "pgdata"
+    server = pg.embedded_server(data)
     try:
         hba = data / "pg_hba.conf"
         # First match wins: postgres keeps its trust (to set up), everyone else needs a password.

@@ -14,7 +14,6 @@ import tempfile
 import threading
 import urllib.error
 import urllib.request
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,12 +46,9 @@ DEADLINE_SECONDS = 120.0
 def small_server() -> Iterator[str]:
     """A throwaway embedded PostgreSQL with max_connections = 20; yields a migrated database's URL."""
     directory = Path(tempfile.mkdtemp(prefix="tickler-test-pg-small-"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver
-        from pgserver._commands import pg_ctl
+    server = pg.embedded_server(directory / "data")
+    from pgserver._commands import pg_ctl
 
-        server = pgserver.get_server(directory / "data", cleanup_mode="delete")
     try:
         admin = str(server.get_uri())
         with psycopg.connect(admin, autocommit=True) as conn:
@@ -66,6 +62,9 @@ def small_server() -> Iterator[str]:
         migrate(url)
         yield url
     finally:
+        # pgserver stops only the postmaster it started, which the restart above replaced: the
+        # one running now is stopped here, or it would outlive its deleted data directory.
+        pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user, timeout=60)
         server.cleanup()
         shutil.rmtree(directory, ignore_errors=True)
 
