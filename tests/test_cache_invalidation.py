@@ -9,12 +9,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import auth
+from tests.helpers import assert_problem
 from tests.helpers_wait import wait_until
 from tickler.api import close_app, create_app
 from tickler.api.cache import TTLCache
@@ -75,6 +78,26 @@ def test_a_queue_changed_in_one_process_is_seen_by_the_other(
     assert max_attempts() == 10  # now cached in b
     assert a.put("/v1/queues/emails", json={"max_attempts": 3}, headers=auth(admin_token)).status_code == 200
     wait_until(lambda: max_attempts() == 3, timeout=10, what="b still shows the old settings")
+
+
+def test_a_queue_deleted_behind_the_cache_takes_no_events(
+    two_apps: tuple[FlaskClient, FlaskClient], admin_token: str, raw: psycopg.Connection[Any]
+) -> None:
+    """A process whose cache still holds a queue that is gone (deleted where no NOTIFY tells)
+    answers 404 to a schedule into it, and writes nothing: the write itself finds no queue."""
+    a, _ = two_apps
+    assert a.put("/v1/queues/gone", json={}, headers=auth(admin_token)).status_code == 201
+    assert a.get("/v1/queues/gone", headers=auth(admin_token)).status_code == 200  # cached in a
+    raw.execute("DELETE FROM tickler_queue WHERE name = 'gone'")
+
+    single = a.post("/v1/queues/gone/events", json={"item_key": "k", "data": {}}, headers=auth(admin_token))
+    assert_problem(single, 404)
+    batch = a.post(
+        "/v1/queues/gone/events/batch", json={"events": [{"item_key": "k", "data": {}}]}, headers=auth(admin_token)
+    )
+    assert_problem(batch, 404)
+    assert raw.execute("SELECT count(*) FROM tickler_event WHERE queue = 'gone'").fetchone() == (0,)
+    assert raw.execute("SELECT count(*) FROM tickler_timeline WHERE queue = 'gone'").fetchone() == (0,)
 
 
 def test_a_value_loaded_while_it_was_dropped_is_not_kept() -> None:

@@ -11,6 +11,12 @@ from flask.testing import FlaskClient
 
 from tests.conftest import auth
 from tests.helpers import assert_problem, key_url, schedule, written
+from tests.helpers_wait import wait_until
+from tickler.scheduler.db import libpq_url
+from tickler.scheduler.errors import NotFound
+from tickler.scheduler.models import Event
+from tickler.scheduler.sql import driver_sql, run
+from tickler.scheduler.store import Store
 
 
 def claim_all(client: FlaskClient, token: str, queue: str = "emails") -> list[dict[str, Any]]:
@@ -279,6 +285,43 @@ def test_delete_queue_with_only_finished_events(client: FlaskClient, emails: str
     make_dead(client, token, "dead")
     response = client.delete("/v1/queues/emails", headers=auth(admin_token))
     assert response.status_code == 200 and response.json["cancelled"] == 0 and response.json["deleted_events"] == 1
+
+
+def test_a_retry_during_the_deletion_of_its_queue_waits_and_adds_nothing(
+    client: FlaskClient, emails: str, token: str, store: Store, database_url: str, raw: psycopg.Connection
+) -> None:
+    """A deletion locks the queue row first; a retry that comes meanwhile waits for that lock
+    before it touches the dead event, then finds no queue: no event is added to a deleted queue,
+    and neither side deadlocks on the other's rows."""
+    make_dead(client, token, "k")
+    outcome: list[BaseException | Event] = []
+
+    def retry_now() -> None:
+        try:
+            outcome.append(store.events.retry("emails", "k", actor="ops"))
+        except BaseException as error:
+            outcome.append(error)
+
+    named = {"name": "emails"}
+    with psycopg.connect(libpq_url(database_url)) as deleting:  # the steps of QueueOperations.delete
+        assert run(deleting, driver_sql("lock_queue_for_delete"), named)
+        retrying = threading.Thread(target=retry_now)
+        retrying.start()
+        wait_until(lambda: _waits_for_a_lock(raw, "queue_kept"), what="the retry waiting for the queue row")
+        for step in ("delete_queue_events", "delete_queue_counts", "delete_queue_due_counts", "delete_queue"):
+            run(deleting, driver_sql(step), named)
+        deleting.commit()
+    retrying.join(timeout=30)
+    assert [type(error) for error in outcome] == [NotFound]
+    assert rows_of(raw, "tickler_event WHERE queue = 'emails'") == 0
+
+
+def _waits_for_a_lock(raw: psycopg.Connection, query_part: str) -> bool:
+    found = raw.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, %s) > 0",
+        [query_part],
+    ).fetchone()
+    return found is not None and found[0] > 0
 
 
 def rows_of(raw: psycopg.Connection, table_and_where: str) -> int:

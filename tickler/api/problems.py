@@ -147,7 +147,7 @@ def register_error_handlers(app: Flask, event_json: Any) -> None:
     @app.errorhandler(sqlalchemy.exc.IntegrityError)
     def _refused_by_database(error: sqlalchemy.exc.DBAPIError) -> Response:
         diag = getattr(error.orig, "diag", None)
-        if getattr(diag, "constraint_name", None) == "tickler_event_queue_fkey":
+        if getattr(diag, "constraint_name", None) == "tickler_event_queue":
             # The queue was deleted after this process last read it (queues are cached briefly).
             return problem(404, "Not found", "No such queue (it was deleted).", slug="not-found")
         if getattr(diag, "constraint_name", None) == "tickler_event_group_fairness":

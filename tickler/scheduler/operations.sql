@@ -2,6 +2,12 @@
 -- per-queue gauges of /metrics. Same conventions as queries.sql (`:now` NULL = database clock;
 -- every change of an event writes its timeline entry in the same statement).
 
+-- fragment: queue_kept
+-- The queue row, locked FOR KEY SHARE before any event row: a retry adds events to it, and a
+-- concurrent deletion of the queue (which locks the row FOR UPDATE first, then the events) either
+-- waits for this statement or leaves it no queue and so nothing to add.
+queue_kept AS (SELECT q.name FROM tickler_queue AS q WHERE q.name = :queue FOR KEY SHARE),
+
 -- name: retry_event
 -- Open the key's most recent event again if it is dead, with a fresh budget of attempts, due at
 -- :schedule_on, after :delay_seconds, or now: the row leaves the history for tickler_event again,
@@ -11,6 +17,7 @@
 -- max_attempts, or the budget its last retry recorded. `redeliver_count` never goes back, so the
 -- budget is counted from now: max_attempts becomes redeliver_count + budget.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+-- include: queue_kept
 latest AS (  -- its finish, when dead: the day, queue and schedule_on that find it in history
     SELECT t.event_id, t.at, t.schedule_on FROM tickler_timeline_newest(:queue, :item_key, false, NULL, NULL, 1) AS t
 ),
@@ -30,7 +37,7 @@ target AS (
      AND e.dequeued_on >= (date_trunc('day', l.at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')
      AND e.dequeued_on < (date_trunc('day', l.at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') + interval '24 hours'
     CROSS JOIN clock
-    WHERE e.item_key = :item_key AND e.outcome = 'dead'
+    WHERE e.item_key = :item_key AND e.outcome = 'dead' AND EXISTS (SELECT FROM queue_kept)
     FOR UPDATE OF e
 ),
 revived AS (  -- by the history's (queue, schedule_on, id) index in the row's day (no index by id);
@@ -72,6 +79,7 @@ FROM changed AS c CROSS JOIN clock CROSS JOIN (SELECT count(*) AS notified FROM 
 -- Rows a concurrent retry holds are skipped (that retry opens them). The prefix is the range
 -- [prefix, prefix_end) on the "C"-collated key; candidates come from tickler_event_history_dead.
 WITH clock AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+-- include: queue_kept
 target AS (
     SELECT e.id,
            coalesce((SELECT CAST(r.details ->> 'attempts' AS integer) FROM tickler_timeline AS r
@@ -80,7 +88,7 @@ target AS (
                      ORDER BY r.id DESC LIMIT 1), e.max_attempts) AS budget,
            e.schedule_on, e.dequeued_on
     FROM tickler_event_history AS e
-    WHERE e.queue = :queue AND e.outcome = 'dead'
+    WHERE e.queue = :queue AND e.outcome = 'dead' AND EXISTS (SELECT FROM queue_kept)
       AND (CAST(:group_key AS text) IS NULL OR e.group_key = CAST(:group_key AS text) COLLATE "C")
       AND (CAST(:prefix AS text) IS NULL OR e.item_key >= CAST(:prefix AS text) COLLATE "C")
       AND (CAST(:prefix_end AS text) IS NULL OR e.item_key < CAST(:prefix_end AS text) COLLATE "C")
@@ -136,8 +144,8 @@ wake AS (SELECT pg_notify('tickler_wake', '~' || name) FROM changed)
 SELECT c.* FROM changed AS c CROSS JOIN (SELECT count(*) AS notified FROM wake) AS w;
 
 -- name: lock_queue_for_delete
--- The queue row, locked against new events (their foreign key takes FOR KEY SHARE on it) until
--- the deleting transaction ends.
+-- The queue row, locked against new events (every statement that adds events takes FOR KEY SHARE
+-- on it first) until the deleting transaction ends.
 SELECT name FROM tickler_queue WHERE name = :name FOR UPDATE;
 
 -- name: queue_open_events

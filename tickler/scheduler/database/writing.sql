@@ -107,8 +107,9 @@ BEGIN
     -- or it has committed its next_wake before we read it here (see tickler_queue.next_wake).
     SELECT q.max_attempts, q.next_wake, q.grouped_fairness INTO v_attempts, v_next_wake, v_grouped_fairness
     FROM tickler_queue AS q WHERE q.name = p_queue FOR KEY SHARE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'tickler_schedule: no queue %', p_queue USING ERRCODE = 'foreign_key_violation';
+    IF NOT FOUND THEN  -- deleted since the caller read it: the API answers 404 (api/problems.py)
+        RAISE EXCEPTION 'tickler_schedule: no queue %', p_queue
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'tickler_event_queue';
     END IF;
     IF v_n = 0 THEN
         RETURN;
