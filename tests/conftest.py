@@ -85,11 +85,22 @@ def _heavy_group(file_name: str) -> str | None:
     return None
 
 
+# Pipeline files that use no shared Spark session (their jobs run in `tickler pipeline` processes
+# of their own, or they need no Spark at all) run beside the Spark worker instead of after it.
+OWN_SPARK = {
+    "test_pipeline_cli.py",
+    "test_pipeline_cluster.py",
+    "test_pipeline_report_page.py",
+    "test_pipeline_sessions.py",
+}
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under pytest-xdist (`-n 4 --dist loadfile`): a test file runs on one worker, so its module
-    fixtures start once; all the Spark files run on one worker, one after the other (one Spark
-    session, which no other file's tests can disturb half-way), and so do the browser files (one
-    Chromium). Each worker has its own database (`database_url`). (pytest 9.2 ignores the node
+    fixtures start once; all the Spark files that share the session run on one worker, one after
+    the other (one Spark session, which no other file's tests can disturb half-way), and so do the
+    browser files (one Chromium). A file whose jobs start a Spark of their own (OWN_SPARK) runs
+    beside them, as any other file. Each worker has its own database (`database_url`). (pytest 9.2 ignores the node
     id suffix that `--dist loadgroup` relies on, hence a scheduler of our own.)"""
     if config.getvalue("dist") != "loadfile":
         return None
@@ -98,7 +109,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class ByFileSparkAndBrowserTogether(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return _heavy_group(path.rsplit("/", 1)[-1]) or path
+            name = path.rsplit("/", 1)[-1]
+            return path if name in OWN_SPARK else _heavy_group(name) or path
 
     return ByFileSparkAndBrowserTogether(config, log)
 
