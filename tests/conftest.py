@@ -48,15 +48,21 @@ HEAVY = {"spark": "spark", "browser": "browser"}
 
 # The longest runs of the suite, started first: under xdist a worker takes the next file when it
 # is free, so a long file collected late (alphabetically) would run alone at the end. The Spark
-# files are one unit (below) and the longest of all.
+# files are one unit (below) and the longest of all. xdist keeps this order only with
+# --no-loadscope-reorder (pyproject.toml): by default it hands out the files with the most tests
+# first, and a long file of one or two tests (the fuzz run, the standalone Spark cluster, the
+# 100,000 deliveries) then started last of all.
 LONG_FIRST = (
     "test_pipeline_",
+    "test_readme.py",
     "test_openapi_fuzz.py",
     "test_webhook_memory.py",
-    "test_readme.py",
+    "test_tracing.py",
+    "test_cli_operations.py",
+    "test_webhook_engine.py",
+    "test_serve_signals.py",
     "test_erasure_races.py",
     "test_plans_history.py",
-    "test_webhook_engine.py",
 )
 
 
