@@ -318,7 +318,8 @@ def test_a_retry_during_the_deletion_of_its_queue_waits_and_adds_nothing(
 
 def _waits_for_a_lock(raw: psycopg.Connection, query_part: str) -> bool:
     found = raw.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, %s) > 0",
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, %s) > 0",
         [query_part],
     ).fetchone()
     return found is not None and found[0] > 0
