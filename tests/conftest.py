@@ -106,8 +106,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     fixtures start once; all the Spark files that share the session run on one worker, one after
     the other (one Spark session, which no other file's tests can disturb half-way), and so do the
     browser files (one Chromium). A file whose jobs start a Spark of their own (OWN_SPARK) runs
-    beside them, as any other file. Each worker has its own database (`database_url`). (pytest 9.2 ignores the node
-    id suffix that `--dist loadgroup` relies on, hence a scheduler of our own.)"""
+    beside them, as any other file. Each worker has its own database (`database_url`). (pytest
+    9.2 ignores the node id suffix that `--dist loadgroup` relies on, hence a scheduler of our
+    own.)"""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
