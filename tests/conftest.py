@@ -3,8 +3,10 @@ app over it, and tokens. Everything talks to a real PostgreSQL; nothing is mocke
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
+import structlog
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -160,6 +163,38 @@ def engine(database_url: str) -> Iterator[sa.Engine]:
     engine = create_engine(database_url, pool_size=5)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A test that configures logging (as `tickler serve` and the app do) leaves the process's
+    logging as it found it. Otherwise its root handler, bound to the test's captured stderr, and
+    the loggers structlog cached under its configuration outlive it: a later test's request then
+    logs through a closed stream, and `capture_logs` there captures nothing."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    configured, config = structlog.is_configured(), structlog.get_config()
+    yield
+    if structlog.get_config()["processors"] is config["processors"] and root.handlers == handlers:
+        return
+    if configured:
+        structlog.configure(**config)
+    else:
+        structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    _uncache_module_loggers()
+
+
+def _uncache_module_loggers() -> None:
+    """structlog's module-level loggers keep the processors of the configuration they were
+    first used under (cache_logger_on_first_use); forgetting that makes them read it anew."""
+    lazy_logger = type(structlog.get_logger())
+    for name, module in list(sys.modules.items()):
+        if name.startswith("tickler") and module is not None:
+            for value in vars(module).values():
+                if isinstance(value, lazy_logger):
+                    vars(value).pop("bind", None)
 
 
 @pytest.fixture(autouse=True)
