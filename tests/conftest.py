@@ -26,6 +26,7 @@ from tickler.config import Settings
 from tickler.scheduler.db import create_engine, libpq_url
 from tickler.scheduler.delivery.webhook import WebhookDeliverer
 from tickler.scheduler.dispatcher import Dispatcher, DispatcherConfig
+from tickler.scheduler.logs import route_structlog_to_stdlib
 from tickler.scheduler.migrate import migrate
 from tickler.scheduler.models import Queue
 from tickler.scheduler.store import QueueSettings, Store
@@ -165,6 +166,12 @@ def engine(database_url: str) -> Iterator[sa.Engine]:
     engine.dispose()
 
 
+# Every test starts from the same logging: tickler's structlog lines go through stdlib logging
+# (INFO dropped, warnings to stderr, until a test configures a handler), whichever tests this
+# worker ran before, and no logger is cached, so that `capture_logs` sees every line.
+route_structlog_to_stdlib(cache=False)
+
+
 @pytest.fixture(autouse=True)
 def _logging_as_it_was() -> Iterator[None]:
     """A test that configures logging (as `tickler serve` and the app do) leaves the process's
@@ -173,14 +180,11 @@ def _logging_as_it_was() -> Iterator[None]:
     logs through a closed stream, and `capture_logs` there captures nothing."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    configured, config = structlog.is_configured(), structlog.get_config()
+    processors = structlog.get_config()["processors"]
     yield
-    if structlog.get_config()["processors"] is config["processors"] and root.handlers == handlers:
+    if structlog.get_config()["processors"] is processors and root.handlers == handlers:
         return
-    if configured:
-        structlog.configure(**config)
-    else:
-        structlog.reset_defaults()
+    route_structlog_to_stdlib(cache=False)
     root.handlers[:] = handlers
     root.setLevel(level)
     _uncache_module_loggers()

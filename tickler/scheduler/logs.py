@@ -44,7 +44,10 @@ def log_handler(log_format: str = "", stream: TextIO | None = None) -> logging.H
     return handler
 
 
-def configure_logging(level: str = "INFO", log_format: str = "") -> None:
+def route_structlog_to_stdlib(*, cache: bool = True) -> None:
+    """tickler's structlog lines go through stdlib logging, whose root handler renders them.
+    `cache`: each module's logger is assembled once, on its first use (the tests, which swap
+    the configuration, turn it off)."""
     structlog.configure(
         processors=[
             # A line below the level is dropped before it is stamped and merged, not after (the
@@ -56,8 +59,12 @@ def configure_logging(level: str = "INFO", log_format: str = "") -> None:
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache,
     )
+
+
+def configure_logging(level: str = "INFO", log_format: str = "") -> None:
+    route_structlog_to_stdlib()
     root = logging.getLogger()
     root.handlers[:] = [log_handler(log_format)]
     root.setLevel(level)
