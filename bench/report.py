@@ -54,9 +54,10 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     (
         "Webhook delivery",
-        "One worker delivers due events as signed POSTs to a local no-op receiver (asyncio, keep-alive, "
-        "204). Baseline: one loop that claims 100, POSTs each event signed over one keep-alive connection "
-        "and completes the batch.",
+        "One worker delivers due events as signed POSTs to a local receiver (asyncio, keep-alive, 204) that "
+        "answers at once; to the receiver that answers after 250 ms, `tickler serve` with its defaults "
+        "delivers them (a dispatcher in each of its two web processes). Baseline: one loop that claims 100, "
+        "POSTs each event signed over a keep-alive pool and completes the batch.",
         ("webhook",),
     ),
     (

@@ -17,10 +17,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from tests import pg
 from tests.helpers import kill_if_running
 from tests.helpers_wait import wait_until
+from tests.receiver_async import holding_receiver
+from tickler.config import Settings
+from tickler.scheduler.db import create_engine
+from tickler.scheduler.models import NewEvent
+from tickler.scheduler.store import QueueSettings, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -225,6 +231,79 @@ def test_metrics_add_up_over_the_processes_and_a_dead_web_process_is_replaced(
     assert code == 0, serve.output()
     assert not any(_alive(pid) for pid in family)
     assert not metrics_dir.exists()
+
+
+def test_every_web_process_delivers_webhooks(fresh_database: str, tmp_path: Path) -> None:
+    """Each process runs a dispatcher, so webhooks go out from every process's event loop. Three
+    requests in flight per process and queue: six held at once must come from both."""
+    port = _free_port()
+    with holding_receiver() as receiver:
+        serve = Serve(
+            tmp_path, fresh_database, port, "--web-processes", "2", TICKLER_WORKER_WEBHOOK_QUEUE_CONCURRENCY="3"
+        )
+        engine = create_engine(fresh_database, pool_size=1)
+        try:
+            serve.wait_serving()
+            store = Store(engine)
+            # Held requests must not time out and go again: each event is sent once.
+            settings = QueueSettings(delivery_mode="webhook", webhook_url=receiver.url, webhook_timeout_seconds=60)
+            queue = store.queues.put("hooks", settings, Settings()).queue
+            for n in range(6):
+                store.events.schedule(queue, NewEvent(item_key=f"k{n}", data={"n": n}), actor="test")
+            wait_until(lambda: receiver.held == 6, timeout=60, what=lambda: f"held {receiver.held}: {serve.output()}")
+            (web,) = serve.web_processes()
+            assert {name.rpartition(":")[2] for name in _claimers(engine)} == {str(serve.process.pid), str(web)}
+            receiver.answer_at_once()
+            wait_until(lambda: sum(receiver.arrivals.values()) == 6 and _open_events(engine) == 0, timeout=60)
+            assert set(receiver.arrivals.values()) == {1}  # each event once
+        finally:
+            engine.dispose()
+            assert serve.stop() == 0, serve.output()
+
+
+def test_sigterm_gives_back_the_leases_of_every_web_processs_deliveries(fresh_database: str, tmp_path: Path) -> None:
+    """Requests held past the grace period: on SIGTERM each process's dispatcher gives its leases
+    back (the events pending again at once, unclaimed) rather than being killed with them."""
+    port = _free_port()
+    with holding_receiver() as receiver:
+        serve = Serve(
+            tmp_path,
+            fresh_database,
+            port,
+            "--web-processes",
+            "2",
+            TICKLER_WORKER_WEBHOOK_QUEUE_CONCURRENCY="3",
+            TICKLER_WORKER_SHUTDOWN_GRACE="0.5",
+        )
+        engine = create_engine(fresh_database, pool_size=1)
+        try:
+            serve.wait_serving()
+            store = Store(engine)
+            settings = QueueSettings(delivery_mode="webhook", webhook_url=receiver.url, webhook_timeout_seconds=60)
+            queue = store.queues.put("hooks", settings, Settings()).queue
+            for n in range(6):
+                store.events.schedule(queue, NewEvent(item_key=f"k{n}", data={"n": n}), actor="test")
+            wait_until(lambda: receiver.held == 6, timeout=60, what=lambda: f"held {receiver.held}: {serve.output()}")
+            assert len(_claimers(engine)) == 2
+            assert serve.stop() == 0, serve.output()
+            with engine.connect() as conn:
+                query = "SELECT lease_id, redeliver_count, schedule_on <= now() FROM tickler_event"
+                rows = conn.execute(sa.text(query)).all()
+            assert [tuple(row) for row in rows] == [(None, 0, True)] * 6
+        finally:
+            engine.dispose()
+            serve.stop()
+
+
+def _claimers(engine: sa.Engine) -> set[str]:
+    """The worker names (host:pid) that claimed the open events."""
+    with engine.connect() as conn:
+        return set(conn.execute(sa.text("SELECT DISTINCT claimed_by FROM tickler_event")).scalars())
+
+
+def _open_events(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM tickler_event")).scalar_one())
 
 
 def test_a_revoked_token_is_refused_by_every_web_process(fresh_database: str, tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="show tickler's version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the HTTP API and a dispatcher in one process")
+    serve = commands.add_parser("serve", help="run the HTTP API and a dispatcher, in each of its web processes")
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)"
     )
@@ -42,8 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--web-processes",
         type=int,
-        help="processes answering HTTP on the port (default: 2, or 1 on a one-core machine); the dispatcher "
-        "runs in the first",
+        help="processes answering HTTP on the port, each with a dispatcher (default: 2, or 1 on a one-core machine)",
     )
 
     worker = commands.add_parser("worker", help="run a dispatcher only (webhooks, and Python handlers if given)")

@@ -1,5 +1,5 @@
-"""`tickler serve`: the API and a dispatcher in one process, and the API in more processes beside it
-(`--web-processes`, commands/web_processes.py).
+"""`tickler serve`: the API and a dispatcher in one process, and both again in more processes beside
+it (`--web-processes`, commands/web_processes.py).
 
 Start-up goes from cheap to expensive so that a mistake stops it before anything runs: the port
 is bound first (in use, or a host that does not resolve: one line, nothing started), then the
@@ -136,7 +136,9 @@ def _start_and_run(
         def serve_one(wait_for_parent: Callable[[], None]) -> int:
             return _serve_web_process(settings, sock, threads, wait_for_parent)
 
-        others = web_processes.WebProcesses(processes - 1, serve_one).start()
+        # A web process's dispatcher may take its shutdown grace on stop, as this one's does.
+        stop_grace = web_processes.STOP_GRACE_SECONDS + settings.worker.shutdown_grace
+        others = web_processes.WebProcesses(processes - 1, serve_one, stop_grace=stop_grace).start()
         started.callback(others.stop)
         log.info("web processes", count=processes, metrics_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     app = create_app(settings, configure_logs=False)
@@ -191,23 +193,31 @@ def warn_of_plain_cookies(settings: Settings, host: str) -> None:
 def _serve_web_process(
     settings: Settings, sock: socket.socket, threads: int, wait_for_parent: Callable[[], None]
 ) -> int:
-    """One of the other web processes: its own app (pool, LISTEN connection, group commit) and a
-    waitress on the parent's socket, from when the parent serves until SIGTERM or SIGINT. No
-    dispatcher: the parent runs it."""
+    """One of the other web processes: its own app (pool, LISTEN connection, group commit), a
+    waitress on the parent's socket and a dispatcher, from when the parent serves until SIGTERM or
+    SIGINT. A dispatcher in every process, not in the parent alone: a process's webhooks share
+    one event loop, whose CPU bounds their rate (docs/delivery.md), and each process adds its own."""
     import waitress
 
     from tickler.api import close_app, create_app
     from tickler.scheduler import tracing
+    from tickler.scheduler.worker import Worker
 
     app = create_app(settings, configure_logs=False)
+    worker: Worker | None = None
     try:
-        wait_for_parent()  # until then the parent alone will accept: it runs the dispatcher first
+        wait_for_parent()  # until then the parent alone will accept: it runs its dispatcher first
+        engine = app.extensions["tickler"].store.engine
+        worker = Worker(settings=settings, database_url=settings.database_url, engine=engine, deliver_webhooks=True)
+        worker.start()
         server = waitress.create_server(app, sockets=[sock], threads=threads, ident="tickler")
         try:
             server.run()  # returns on KeyboardInterrupt (SIGTERM, SIGINT)
         finally:
             server.close()
     finally:
+        if worker is not None:
+            worker.stop()  # deliveries in progress finish within the grace; the rest are given back
         close_app(app)
         tracing.flush()  # the process leaves with os._exit: no atexit handler exports what is buffered
     return 0

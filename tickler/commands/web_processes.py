@@ -37,7 +37,8 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 HEALTHY_SECONDS = 10.0
 FIRST_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 30.0
-# On stop, how long the web processes may take to finish their requests before they are killed.
+# On stop, how long the web processes may take to finish their requests (and their dispatchers
+# their deliveries, serve adds that grace) before they are killed.
 STOP_GRACE_SECONDS = 10.0
 
 
@@ -129,8 +130,11 @@ def _forked(parent: int, body: Callable[[], int]) -> None:
 class WebProcesses:
     """The parent's handle on the supervisor and its web processes."""
 
-    def __init__(self, count: int, serve_one: Callable[[Callable[[], None]], int]) -> None:
+    def __init__(
+        self, count: int, serve_one: Callable[[Callable[[], None]], int], *, stop_grace: float = STOP_GRACE_SECONDS
+    ) -> None:
         self.count = count
+        self.stop_grace = stop_grace
         # Runs in each web process: builds its app, calls the function it is given (which returns
         # once the parent serves), then serves until stopped.
         self.serve_one = serve_one
@@ -154,7 +158,12 @@ class WebProcesses:
         if pid == 0:
             os.close(self._gate_write)  # else the gate could never open: this process would hold it
             gate = self._gate_read
-            _forked(parent, lambda: _Supervisor(self.count, lambda: self.serve_one(lambda: _wait_open(gate))).run())
+            _forked(
+                parent,
+                lambda: _Supervisor(
+                    self.count, lambda: self.serve_one(lambda: _wait_open(gate)), stop_grace=self.stop_grace
+                ).run(),
+            )
         os.close(self._gate_read)
         self.pid = pid
         self._watcher = threading.Thread(target=self._watch, name="tickler-web-processes", daemon=True)
@@ -190,7 +199,7 @@ class WebProcesses:
         # exited and been reaped, as this runs. Once reaped its pid may be someone else's.
         if not self._signal(signal.SIGTERM):
             return
-        watcher.join(STOP_GRACE_SECONDS + 5)
+        watcher.join(self.stop_grace + 5)
         if watcher.is_alive():
             self._signal(signal.SIGKILL)  # its web processes follow it (PR_SET_PDEATHSIG)
             watcher.join(5)
@@ -207,9 +216,10 @@ class WebProcesses:
 class _Supervisor:
     """Runs in its own single-threaded process: keeps `count` web processes running."""
 
-    def __init__(self, count: int, serve_one: Callable[[], int]) -> None:
+    def __init__(self, count: int, serve_one: Callable[[], int], *, stop_grace: float = STOP_GRACE_SECONDS) -> None:
         self.count = count
         self.serve_one = serve_one
+        self.stop_grace = stop_grace
         self.children: dict[int, float] = {}  # pid -> when it started (monotonic)
 
     def run(self) -> int:
@@ -264,7 +274,7 @@ class _Supervisor:
         for pid in self.children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        deadline = time.monotonic() + self.stop_grace
         while self.children:
             pid, _ = os.waitpid(-1, os.WNOHANG)
             if pid:
