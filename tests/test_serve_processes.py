@@ -289,7 +289,7 @@ def test_sigterm_gives_back_the_leases_of_every_web_processs_deliveries(fresh_da
             with engine.connect() as conn:
                 query = "SELECT lease_id, redeliver_count, schedule_on <= now() FROM tickler_event"
                 rows = conn.execute(sa.text(query)).all()
-            assert [tuple(row) for row in rows] == [(None, 0, True)] * 6
+            assert [tuple(row) for row in rows] == [(None, 0, True)] * 6, serve.output()
         finally:
             engine.dispose()
             serve.stop()
