@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from tests import pg
 from tests.helpers import kill_if_running
 from tests.helpers_wait import wait_until
-from tests.receiver_async import holding_receiver
+from tests.receiver_async import HoldingReceiver, holding_receiver
 from tickler.config import Settings
 from tickler.scheduler.db import create_engine
 from tickler.scheduler.models import NewEvent
@@ -243,14 +243,7 @@ def test_every_web_process_delivers_webhooks(fresh_database: str, tmp_path: Path
         )
         engine = create_engine(fresh_database, pool_size=1)
         try:
-            serve.wait_serving()
-            store = Store(engine)
-            # Held requests must not time out and go again: each event is sent once.
-            settings = QueueSettings(delivery_mode="webhook", webhook_url=receiver.url, webhook_timeout_seconds=60)
-            queue = store.queues.put("hooks", settings, Settings()).queue
-            for n in range(6):
-                store.events.schedule(queue, NewEvent(item_key=f"k{n}", data={"n": n}), actor="test")
-            wait_until(lambda: receiver.held == 6, timeout=60, what=lambda: f"held {receiver.held}: {serve.output()}")
+            _six_held_webhooks(serve, engine, receiver)
             (web,) = serve.web_processes()
             assert {name.rpartition(":")[2] for name in _claimers(engine)} == {str(serve.process.pid), str(web)}
             receiver.answer_at_once()
@@ -277,13 +270,7 @@ def test_sigterm_gives_back_the_leases_of_every_web_processs_deliveries(fresh_da
         )
         engine = create_engine(fresh_database, pool_size=1)
         try:
-            serve.wait_serving()
-            store = Store(engine)
-            settings = QueueSettings(delivery_mode="webhook", webhook_url=receiver.url, webhook_timeout_seconds=60)
-            queue = store.queues.put("hooks", settings, Settings()).queue
-            for n in range(6):
-                store.events.schedule(queue, NewEvent(item_key=f"k{n}", data={"n": n}), actor="test")
-            wait_until(lambda: receiver.held == 6, timeout=60, what=lambda: f"held {receiver.held}: {serve.output()}")
+            _six_held_webhooks(serve, engine, receiver)
             assert len(_claimers(engine)) == 2
             assert serve.stop() == 0, serve.output()
             with engine.connect() as conn:
@@ -293,6 +280,18 @@ def test_sigterm_gives_back_the_leases_of_every_web_processs_deliveries(fresh_da
         finally:
             engine.dispose()
             serve.stop()
+
+
+def _six_held_webhooks(serve: Serve, engine: sa.Engine, receiver: HoldingReceiver) -> None:
+    """Once serve answers: a webhook queue to `receiver` and six events due now, until the
+    receiver holds all six requests (held requests never time out and go again)."""
+    serve.wait_serving()
+    store = Store(engine)
+    settings = QueueSettings(delivery_mode="webhook", webhook_url=receiver.url, webhook_timeout_seconds=60)
+    queue = store.queues.put("hooks", settings, Settings()).queue
+    for n in range(6):
+        store.events.schedule(queue, NewEvent(item_key=f"k{n}", data={"n": n}), actor="test")
+    wait_until(lambda: receiver.held == 6, timeout=60, what=lambda: f"held {receiver.held}: {serve.output()}")
 
 
 def _claimers(engine: sa.Engine) -> set[str]:
