@@ -20,6 +20,9 @@ import requests
 
 from tests.helpers_wait import wait_until
 
+# An embedded PostgreSQL of its own, whatever TICKLER_TEST_DATABASE_URL names.
+pytestmark = pytest.mark.own_server
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -18,6 +18,9 @@ import requests
 from tests.helpers_wait import wait_until
 from tests.test_cli_embedded import ROOT, Serve, _env, _free_port, _stop_leftover_postgres, _tickler
 
+# An embedded PostgreSQL of its own, whatever TICKLER_TEST_DATABASE_URL names.
+pytestmark = pytest.mark.own_server
+
 
 def run(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(_tickler(*args), cwd=ROOT, env=_env(data_dir), capture_output=True, text=True, timeout=60)

@@ -15,7 +15,8 @@ import pytest
 from tests.helpers_wait import wait_until
 from tickler.pipeline.progress import jvm_output_to, reporting, track
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# No database at all: the same on any server.
+pytestmark = [pytest.mark.own_server, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def _busy(rows: Any) -> Any:

@@ -20,6 +20,9 @@ import pytest
 
 from tests.test_cli_embedded import ROOT, Serve, _free_port, _stop_leftover_postgres
 
+# An embedded PostgreSQL of its own, whatever TICKLER_TEST_DATABASE_URL names.
+pytestmark = pytest.mark.own_server
+
 BLOCK = re.compile(r"^```(sh|python)([^\n]*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 

@@ -40,6 +40,7 @@ def _holders(data_dir: Path) -> list[int]:
     return found
 
 
+@pytest.mark.own_server
 def test_sighup_stops_serve_and_its_embedded_postgresql(data_dir: Path) -> None:
     serve = EmbeddedServe(data_dir, _free_port())
     try:
@@ -54,6 +55,7 @@ def test_sighup_stops_serve_and_its_embedded_postgresql(data_dir: Path) -> None:
     assert "Traceback" not in serve.output()
 
 
+@pytest.mark.own_server
 def test_a_serve_killed_without_cleanup_does_not_keep_the_next_from_stopping_postgresql(data_dir: Path) -> None:
     killed = EmbeddedServe(data_dir, _free_port())
     try:
