@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from tests import pg
-from tests.conftest import TABLES
+from tests.conftest import empty_tables
 from tests.helpers import PROBLEM
 from tests.helpers_http import serving_app
 from tickler.api import close_app, create_app
@@ -103,8 +103,7 @@ def crowd(small_server: str) -> Iterator[Crowd]:
 @pytest.fixture
 def crowded_app(small_server: str) -> Iterator[Flask]:
     with psycopg.connect(libpq_url(small_server), autocommit=True) as conn:
-        conn.execute("SET tickler.archiving = 'on'")  # as conftest's _empty_tables
-        conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+        empty_tables(conn)
     app = create_app(Settings(database_url=small_server, migrate_on_start=False, cache_seconds=0), configure_logs=False)
     yield app
     close_app(app)
