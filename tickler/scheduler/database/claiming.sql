@@ -248,8 +248,10 @@ DECLARE
     v_ids      bigint[];
     v_pos      integer[];             -- the position (in v_keys) of each id
     v_id_keys  text[];               -- the fairness key of each id
+    v_id_dues  timestamptz[];        -- the due time of each id
     v_taken    bigint[] := '{}';
     v_taken_keys text[] := '{}';     -- the fairness key of each taken id
+    v_taken_dues timestamptz[] := '{}';  -- the due time of each taken id
     v_level_at integer;              -- where this level's ids start in v_taken
     v_left     integer := p_limit;
 BEGIN
@@ -321,10 +323,10 @@ BEGIN
             WHILE cardinality(v_keys) > 0 AND v_left > 0 LOOP
                 v_quota := ceil(v_left::numeric / cardinality(v_keys))::integer;
                 SELECT array_agg(x.id ORDER BY x.round, x.pos), array_agg(x.pos::integer ORDER BY x.round, x.pos),
-                       array_agg(x.key ORDER BY x.round, x.pos)
-                INTO v_ids, v_pos, v_id_keys
+                       array_agg(x.key ORDER BY x.round, x.pos), array_agg(x.schedule_on ORDER BY x.round, x.pos)
+                INTO v_ids, v_pos, v_id_keys, v_id_dues
                 FROM (
-                    SELECT c.id, k.pos, k.key, row_number() OVER (PARTITION BY k.pos ORDER BY c.schedule_on, c.id) AS round
+                    SELECT c.id, c.schedule_on, k.pos, k.key, row_number() OVER (PARTITION BY k.pos ORDER BY c.schedule_on, c.id) AS round
                     FROM unnest(v_keys, v_rooms) WITH ORDINALITY AS k (key, room, pos)
                     CROSS JOIN LATERAL (
                         SELECT e.id, e.schedule_on FROM tickler_fair_claimable AS e
@@ -341,6 +343,7 @@ BEGIN
                 EXIT WHEN v_ids IS NULL;
                 v_taken := v_taken || v_ids;
                 v_taken_keys := v_taken_keys || v_id_keys;
+                v_taken_dues := v_taken_dues || v_id_dues;
                 v_left := v_left - cardinality(v_ids);
                 v_served := v_keys[v_pos[cardinality(v_pos)]];
                 EXIT WHEN v_left <= 0;
@@ -355,17 +358,21 @@ BEGIN
         END LOOP;
         -- The level's hand-out order, round robin over all its passes and stretches: a pass or a
         -- stretch that found fewer keys than it wanted (another claim held their events) gave some
-        -- keys more than one event, so round r of a key may come after round r + 1 of another.
-        -- Round r of every key it served comes before round r + 1, each key in the order first served.
+        -- keys more than one event, so round r of a key may come after round r + 1 of another; and
+        -- an event another claim held during one pass may be taken in a later one, after the key's
+        -- later events. Round r of every key it served comes before round r + 1, each key in the
+        -- order first served, and a key's round r is its r-th event in due order.
         IF cardinality(v_taken) >= v_level_at THEN
-            SELECT v_taken[1:v_level_at - 1] || array_agg(t.id ORDER BY t.round, t.first, t.at),
-                   v_taken_keys[1:v_level_at - 1] || array_agg(t.key ORDER BY t.round, t.first, t.at)
-            INTO v_taken, v_taken_keys
+            SELECT v_taken[1:v_level_at - 1] || array_agg(t.id ORDER BY t.round, t.first),
+                   v_taken_keys[1:v_level_at - 1] || array_agg(t.key ORDER BY t.round, t.first),
+                   v_taken_dues[1:v_level_at - 1] || array_agg(t.due ORDER BY t.round, t.first)
+            INTO v_taken, v_taken_keys, v_taken_dues
             FROM (
-                SELECT u.id, u.key, u.at,
-                       row_number() OVER (PARTITION BY u.key ORDER BY u.at) AS round,
+                SELECT u.id, u.key, u.due,
+                       row_number() OVER (PARTITION BY u.key ORDER BY u.due, u.id) AS round,
                        min(u.at) OVER (PARTITION BY u.key) AS first
-                FROM unnest(v_taken[v_level_at:], v_taken_keys[v_level_at:]) WITH ORDINALITY AS u (id, key, at)
+                FROM unnest(v_taken[v_level_at:], v_taken_keys[v_level_at:], v_taken_dues[v_level_at:])
+                     WITH ORDINALITY AS u (id, key, due, at)
             ) AS t;
         END IF;
         -- the next claim goes on after the last key served, or (when the look budget ran out)
