@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +30,15 @@ from tickler.scheduler.store import QueueSettings, Store
 __all__ = ["data_dir", "fresh_database"]  # fixtures, used by name
 
 
+def _exit_code(process: subprocess.Popen[bytes], timeout: float) -> int | None:
+    """The process's exit code, or None when it is still running after `timeout` seconds (so that
+    the assertion shows serve's output: where its stop was when the time ran out)."""
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def _postmaster_pid(data_dir: Path) -> int:
     return int((data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
 
@@ -48,7 +58,7 @@ def test_sighup_stops_serve_and_its_embedded_postgresql(data_dir: Path) -> None:
         postmaster = _postmaster_pid(data_dir)
         assert _alive(postmaster)
         serve.process.send_signal(signal.SIGHUP)  # what closing the terminal sends
-        assert serve.process.wait(timeout=60) == 0, serve.output()
+        assert _exit_code(serve.process, 60) == 0, serve.output()
     finally:
         serve.stop()
     wait_until(lambda: not _alive(postmaster), timeout=30, what="the embedded PostgreSQL outlived serve")
@@ -73,7 +83,7 @@ def test_a_serve_killed_without_cleanup_does_not_keep_the_next_from_stopping_pos
         assert _postmaster_pid(data_dir) == postmaster  # it joined the server left running
         assert killed.process.pid not in _holders(data_dir)  # a process that is gone holds nothing
         serve.process.send_signal(signal.SIGTERM)
-        assert serve.process.wait(timeout=60) == 0, serve.output()
+        assert _exit_code(serve.process, 60) == 0, serve.output()
     finally:
         serve.stop()
     wait_until(lambda: not _alive(postmaster), timeout=30, what="the embedded PostgreSQL outlived the last serve")
@@ -131,7 +141,7 @@ def test_ctrl_c_of_serve_with_web_processes_logs_no_error_time_after_time(fresh_
                     store.events.schedule(store.queues.get("hooks"), NewEvent(f"k{attempt}", {}), actor="test")
                     assert arrived.acquire(timeout=30), serve.output()  # a delivery in progress
                     os.killpg(serve.process.pid, signal.SIGINT)
-                    assert serve.process.wait(timeout=60) == 0, serve.output()
+                    assert _exit_code(serve.process, 60) == 0, serve.output()
                 finally:
                     serve.stop()
                 assert _errors_logged(serve) == [], serve.output()
@@ -149,7 +159,7 @@ def test_sighup_of_serve_with_web_processes_stops_them_all(fresh_database: str, 
         serve.wait_serving()
         family = wait_until(lambda: len(_descendants(serve.process.pid)) == 2 and _descendants(serve.process.pid))
         os.killpg(serve.process.pid, signal.SIGHUP)  # the terminal closed: the whole group hears it
-        assert serve.process.wait(timeout=60) == 0, serve.output()
+        assert _exit_code(serve.process, 60) == 0, serve.output()
     finally:
         serve.stop()
     assert _errors_logged(serve) == [], serve.output()
