@@ -39,6 +39,16 @@ def _exit_code(process: subprocess.Popen[bytes], timeout: float) -> int | None:
         return None
 
 
+@pytest.fixture
+def sighup_as_from_a_terminal() -> Iterator[None]:
+    """serve keeps an ignored SIGHUP ignored (what `nohup` asks), and a process inherits its
+    parent's: under a suite run with nohup, a serve started here would never hear the hang-up.
+    Its children get SIGHUP's default, as a program started from a terminal has it."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, previous)
+
+
 def _postmaster_pid(data_dir: Path) -> int:
     return int((data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
 
@@ -51,6 +61,7 @@ def _holders(data_dir: Path) -> list[int]:
 
 
 @pytest.mark.own_server
+@pytest.mark.usefixtures("sighup_as_from_a_terminal")
 def test_sighup_stops_serve_and_its_embedded_postgresql(data_dir: Path) -> None:
     serve = EmbeddedServe(data_dir, _free_port())
     try:
@@ -153,6 +164,7 @@ def test_ctrl_c_of_serve_with_web_processes_logs_no_error_time_after_time(fresh_
             engine.dispose()
 
 
+@pytest.mark.usefixtures("sighup_as_from_a_terminal")
 def test_sighup_of_serve_with_web_processes_stops_them_all(fresh_database: str, tmp_path: Path) -> None:
     serve = Serve(tmp_path, fresh_database, _free_port(), "--web-processes", "2", own_group=True)
     try:
