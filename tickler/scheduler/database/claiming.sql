@@ -326,7 +326,8 @@ BEGIN
                        array_agg(x.key ORDER BY x.round, x.pos), array_agg(x.schedule_on ORDER BY x.round, x.pos)
                 INTO v_ids, v_pos, v_id_keys, v_id_dues
                 FROM (
-                    SELECT c.id, c.schedule_on, k.pos, k.key, row_number() OVER (PARTITION BY k.pos ORDER BY c.schedule_on, c.id) AS round
+                    SELECT c.id, c.schedule_on, k.pos, k.key,
+                           row_number() OVER (PARTITION BY k.pos ORDER BY c.schedule_on, c.id) AS round
                     FROM unnest(v_keys, v_rooms) WITH ORDINALITY AS k (key, room, pos)
                     CROSS JOIN LATERAL (
                         SELECT e.id, e.schedule_on FROM tickler_fair_claimable AS e
