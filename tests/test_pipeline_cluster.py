@@ -55,6 +55,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _master_status(ui: int) -> dict[str, Any]:
+    """The master's /json/ status, or {} while it is not answering yet: a master still starting
+    can accept the connection and answer with an empty body (a JSONDecodeError, not an OSError)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as answer:
+            status = json.load(answer)
+    except (OSError, ValueError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
 def _stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()
@@ -91,11 +102,7 @@ def cluster(tmp_path: Path) -> Iterator[str]:
                 )
 
         def workers_alive() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as answer:
-                    return int(json.load(answer).get("aliveworkers", 0)) >= 1
-            except OSError:
-                return False
+            return int(_master_status(ui).get("aliveworkers", 0)) >= 1
 
         wait_until(workers_alive, timeout=150, interval=0.5, what=lambda: (logs / "worker.log").read_text()[-2000:])
         yield master_url
@@ -153,11 +160,7 @@ def master_alone(tmp_path: Path) -> Iterator[str]:
     try:
 
         def up() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as answer:
-                    return json.load(answer).get("status") == "ALIVE"
-            except OSError:
-                return False
+            return _master_status(ui).get("status") == "ALIVE"
 
         wait_until(up, timeout=150, interval=0.5, what=lambda: log.read_text()[-2000:])
         yield f"spark://127.0.0.1:{port}"
