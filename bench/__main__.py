@@ -32,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="repeats per measurement (default 3; quick: 1)")
     parser.add_argument("--report-only", action="store_true", help="rewrite the page from docs/benchmarks.json")
     parser.add_argument("--note", help="what the page should say about this run's conditions (kept with its rows)")
-    parser.add_argument("--output", type=Path, help="where to write the page (default docs/benchmarks.md; quick: none)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="where to write the page, and its rows beside it as .json (default docs/benchmarks.md and "
+        "docs/benchmarks.json; quick: none): a trial run with --output elsewhere leaves docs/ as it is",
+    )
     args = parser.parse_args(argv)
     configure_logging("WARNING")
     if args.report_only:
@@ -61,8 +66,8 @@ def _main(args: argparse.Namespace, admin_url: str, cluster: str) -> int:
             rows: list[Row] = importlib.import_module(f"bench.{name}").run(ctx)
         load_range = [round(value, 1) for value in load.range()]
         results[name] = report.record(rows, time.monotonic() - began, load=load_range, note=args.note, **facts)
-        if not args.quick:
-            report.save(results)  # an interrupted run keeps the scenarios it finished
+        if not args.quick:  # an interrupted run keeps the scenarios it finished
+            report.save(results, args.output.with_suffix(".json") if args.output else report.RESULTS)
     say(f"done in {time.monotonic() - started:.0f} s")
     print(report.table([Row(**row) for name in SCENARIOS if name in results for row in results[name]["rows"]]))
     if not args.quick or args.output:

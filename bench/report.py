@@ -114,15 +114,15 @@ def _rounded(value: Any) -> Any:
     return value
 
 
-def save(results: dict[str, Any]) -> None:
+def save(results: dict[str, Any], path: Path = RESULTS) -> None:
     """One scenario's run a line, then one line per row: small diffs when a scenario is rerun."""
     parts = []
     for name, entry in results.items():
         head = json.dumps({**{k: v for k, v in entry.items() if k != "rows"}, "rows": []}, ensure_ascii=False)
         rows = ",\n  ".join(json.dumps(_rounded(row), ensure_ascii=False) for row in entry["rows"])
         parts.append(f" {json.dumps(name)}: {head[:-3]}[\n  {rows}\n ]}}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("{\n" + ",\n".join(parts) + "\n}\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{\n" + ",\n".join(parts) + "\n}\n")
 
 
 def record(
