@@ -279,7 +279,8 @@ def page(results: dict[str, Any]) -> str:
         "Run it: `make bench` (installs the `bench` extra with pgqueuer, then `python -m bench`: every scenario "
         "on a private cluster, about half an hour); `python -m bench --only claim lateness` reruns some scenarios "
         "and keeps the others' rows; `--quick` runs tiny sizes on the local server and writes nothing (CI: "
-        "`make bench-quick`); `--report-only` rewrites this page from docs/benchmarks.json. `python -m "
+        "`make bench-quick`); `--output PATH` writes a trial run's page and rows to PATH and PATH.json instead, "
+        "leaving docs/ as it is; `--report-only` rewrites this page from docs/benchmarks.json. `python -m "
         "bench.walprofile` prints the WAL of a delivered event by record type, beside the baseline's "
         "(pg_waldump).",
     ]
